@@ -1,0 +1,182 @@
+/*
+ * clattn: portable OpenCL attention (d2l's attention chapters and the scaled-dot-product tutorial).
+ *
+ * Conventions
+ * - Every op enqueues work on the context's in-order command queue and returns without waiting,
+ *   unless its name ends in _blocking. Results are ready once clattn_finish() (or a blocking read
+ *   on the same queue) returns.
+ * - Every op validates all of its arguments first; on failure it returns a status, enqueues nothing
+ *   and leaves every output untouched. clattn_last_error() names the argument and the shapes.
+ * - Tensors are borrowed views of cl_mem buffers (float32 data, int32 lengths and masks), row-major,
+ *   1 to 4 dimensions, with an element offset.
+ *
+ * Thread safety: a context may be used by one thread at a time. Different contexts may be used from
+ * different threads concurrently, including contexts wrapping the same cl_context. Functions that
+ * take no context (clattn_status_string, clattn_version, clattn_last_error(NULL)) are thread-safe;
+ * the NULL-context error text is per thread.
+ */
+#ifndef CLATTN_H
+#define CLATTN_H
+
+#ifndef CL_TARGET_OPENCL_VERSION
+#define CL_TARGET_OPENCL_VERSION 120
+#endif
+#include <CL/cl.h>
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(_WIN32)
+#define CLATTN_API
+#else
+#define CLATTN_API __attribute__((visibility("default")))
+#endif
+
+typedef enum {
+    CLATTN_SUCCESS = 0,
+    CLATTN_ERROR_INVALID_ARGUMENT, /* NULL pointer, bad value (p outside [0,1], bad flag) */
+    CLATTN_ERROR_SHAPE_MISMATCH,   /* ranks or dims that do not fit together */
+    CLATTN_ERROR_INVALID_TENSOR,   /* view outside its buffer, wrong dtype, too large */
+    CLATTN_ERROR_NO_PLATFORM,      /* no OpenCL platform or device at all */
+    CLATTN_ERROR_DEVICE_NOT_FOUND, /* the device spec matched nothing */
+    CLATTN_ERROR_BUILD_FAILED,     /* a kernel failed to build; the message holds the log */
+    CLATTN_ERROR_OUT_OF_MEMORY,    /* host or device allocation failed */
+    CLATTN_ERROR_OPENCL,           /* any other OpenCL error; the message names it */
+    CLATTN_ERROR_UNSUPPORTED,      /* the device cannot run this (limits, missing features) */
+    CLATTN_ERROR_IO                /* kernel directory or cache file problems */
+} clattn_status;
+
+typedef enum { CLATTN_FLOAT32 = 0, CLATTN_INT32 = 1 } clattn_dtype;
+
+#define CLATTN_MAX_DIMS 4
+
+/* A borrowed view: elements [offset, offset + prod(dims)) of buf, row-major. */
+typedef struct {
+    cl_mem buf;
+    size_t offset;                /* in elements */
+    int ndim;                     /* 1..CLATTN_MAX_DIMS */
+    size_t dims[CLATTN_MAX_DIMS]; /* dims[0] is the outermost */
+    clattn_dtype dtype;
+} clattn_tensor;
+
+typedef struct clattn_context clattn_context;
+
+typedef struct {
+    const char *device;      /* device spec, as CLATTN_DEVICE; wins over it; NULL = use the env */
+    const char *tuning;      /* kernel variant overrides, as CLATTN_TUNE; NULL = use the env */
+    const char *kernel_dir;  /* load .cl files from here instead of the embedded copies */
+    const char *cache_dir;   /* program binary cache, as CLATTN_CACHE_DIR; NULL = use the env */
+    int sync;                /* 1: finish and check after every enqueue (debugging), as CLATTN_SYNC */
+} clattn_params;
+
+/* Default fill for masked scores: d2l's -1e6 (the tutorial uses -1e9). */
+#define CLATTN_DEFAULT_FILL (-1.0e6f)
+
+/*
+ * What a softmax or attention op masks. Every part is optional and they combine (a key is blocked
+ * when any part blocks it). A zero-initialised struct masks nothing.
+ * - Lengths, int32, 1-D (B) = one length per leading batch index, repeated over the query rows
+ *   (and over the heads of 4-D scores); or 2-D (B, Q) = one length per query row. Keys k >= len are
+ *   blocked; 0 <= len <= K. B is the scores' first dim (1 for 2-D scores). Give them either
+ *   - in host memory (valid_lens_host, lens_ndim, lens_dims): every value is checked, and they are
+ *     uploaded without blocking; or
+ *   - as a device tensor (valid_lens): only its shape can be checked without a host sync, so values
+ *     outside [0, K] are clamped on the device, except with CLATTN_SYNC=1 (params.sync), where they
+ *     are read back and rejected.
+ * - mask: int32 0/1 tensor broadcastable (numpy rules, right-aligned) to the scores (..., Q, K);
+ *   0 = blocked, as the tutorial's masked_fill(mask == 0, fill).
+ * - causal: query row i sees keys j <= i (top-left aligned on Q x K).
+ * - fill: the value blocked scores get before the softmax; 0 means CLATTN_DEFAULT_FILL. A row with
+ *   every key blocked therefore gets uniform weights 1/K, as the reference does.
+ */
+typedef struct {
+    const clattn_tensor *valid_lens;
+    const int *valid_lens_host;
+    int lens_ndim;
+    size_t lens_dims[2];
+    const clattn_tensor *mask;
+    int causal;
+    float fill;
+} clattn_mask;
+
+/* Dropout on attention weights. p in [0, 1]; training = 0 makes it an exact no-op. The mask is a
+ * pure function of (seed, offset, element index), identical on every device. */
+typedef struct {
+    float p;
+    int training;
+    unsigned long long seed;
+    unsigned long long offset;
+} clattn_dropout_params;
+
+/* ---- library ---- */
+CLATTN_API const char *clattn_version(void);
+CLATTN_API const char *clattn_status_string(clattn_status s);
+/* Detail of the last failure on ctx; with ctx NULL, of the last failure of this thread that had
+ * no context (context creation). Never NULL. */
+CLATTN_API const char *clattn_last_error(const clattn_context *ctx);
+
+/* ---- contexts ---- */
+/* params may be NULL (defaults). Picks params->device, else CLATTN_DEVICE, else the first GPU, else
+ * the first accelerator, else the first CPU. */
+CLATTN_API clattn_status clattn_context_create(clattn_context **ctx, const clattn_params *params);
+/* Borrow the application's objects (retained, released on destroy). queue must be in-order and
+ * belong to context and device. params may be NULL; its device field is ignored. */
+CLATTN_API clattn_status clattn_context_wrap(clattn_context **ctx, cl_context context,
+                                             cl_device_id device, cl_command_queue queue,
+                                             const clattn_params *params);
+/* NULL-safe; sets *ctx to NULL. Does not wait for queued work of a wrapped queue. */
+CLATTN_API void clattn_context_destroy(clattn_context **ctx);
+CLATTN_API cl_context clattn_context_cl(const clattn_context *ctx);
+CLATTN_API cl_device_id clattn_context_device(const clattn_context *ctx);
+CLATTN_API cl_command_queue clattn_context_queue(const clattn_context *ctx);
+/* One line: "P:D device name (vendor, type, OpenCL C x.y, driver)". */
+CLATTN_API const char *clattn_context_description(const clattn_context *ctx);
+/* Blocks until everything enqueued on the context's queue has finished. */
+CLATTN_API clattn_status clattn_finish(clattn_context *ctx);
+
+/* ---- devices ---- */
+/* Writes a listing of every platform and device (one line each, "P:D ...", the selected one marked
+ * with '*') into buf. spec as CLATTN_DEVICE (NULL = the env). Returns the selection status. */
+CLATTN_API clattn_status clattn_list_devices(const char *spec, char *buf, size_t size);
+
+/* ---- tensors ---- */
+/* A view; ndim 1..4. Does not check anything (the ops do). */
+CLATTN_API clattn_tensor clattn_view(cl_mem buf, clattn_dtype dtype, size_t offset, int ndim,
+                                     const size_t *dims);
+CLATTN_API size_t clattn_tensor_numel(const clattn_tensor *t);
+/* Allocates a buffer of exactly the tensor's size (owned by the caller: clattn_tensor_release).
+ * host may be NULL (uninitialised). Blocks only while host data is copied. */
+CLATTN_API clattn_status clattn_tensor_create(clattn_context *ctx, clattn_dtype dtype, int ndim,
+                                              const size_t *dims, const void *host,
+                                              clattn_tensor *out);
+/* Releases t->buf and zeroes *t. NULL-safe. */
+CLATTN_API void clattn_tensor_release(clattn_tensor *t);
+CLATTN_API clattn_status clattn_tensor_write_blocking(clattn_context *ctx, const clattn_tensor *t,
+                                                      const void *host);
+CLATTN_API clattn_status clattn_tensor_read_blocking(clattn_context *ctx, const clattn_tensor *t,
+                                                     void *host);
+/* Fills a float32 tensor with one value (enqueued). */
+CLATTN_API clattn_status clattn_tensor_fill(clattn_context *ctx, const clattn_tensor *t, float value);
+
+/* ---- ops ---- */
+/* C = alpha * op(A) op(B) + beta * C, op(X) = X or X^T over the last two dims. Leading (batch) dims
+ * of A, B and C must be equal, except that a 2-D A or B is shared by every batch. beta = 0 ignores
+ * C's old contents (NaN included). */
+CLATTN_API clattn_status clattn_matmul(clattn_context *ctx, const clattn_tensor *A, int trans_a,
+                                       const clattn_tensor *B, int trans_b, float alpha, float beta,
+                                       const clattn_tensor *C);
+/* y = x W^T + b, W (out_features, in_features) as PyTorch, x (..., in), y (..., out), bias (out)
+ * or NULL. */
+CLATTN_API clattn_status clattn_linear(clattn_context *ctx, const clattn_tensor *x,
+                                       const clattn_tensor *W, const clattn_tensor *bias,
+                                       const clattn_tensor *y);
+/* out = softmax over the last axis of scores with mask applied. out may alias scores (same view). */
+CLATTN_API clattn_status clattn_masked_softmax(clattn_context *ctx, const clattn_tensor *scores,
+                                               const clattn_mask *mask, const clattn_tensor *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,141 @@
+/* clattn masked softmax over the last axis.
+ *
+ * Layout: x and y are row-major (D0, D1, Q, K) float32 starting at element offsets x_off, y_off;
+ * nrows = D0 * D1 * Q. y may alias x. Mask arguments as described in common.cl.
+ * Variants: masked_softmax_rows (CPU shape: one work-item per row, VW-wide vectors, three passes
+ * over a row that stays in L1) and masked_softmax_wg (GPU shape: one work-group of WG items per row,
+ * strided coalesced loads and tree reductions in local memory). */
+#include "common.cl"
+
+#ifndef VW
+#define VW 8
+#endif
+#ifndef WG
+#define WG 128
+#endif
+
+#define MASK_PARAMS                                                                              \
+    int Q, int D1, __global const int *lens, int lens_off, int lens_mode,                        \
+        __global const int *mask, int mask_off, int4 ms, int causal, float fill
+
+#if VW == 16
+#define floatV float16
+#define intV int16
+#define vloadV vload16
+#define vstoreV vstore16
+#define LANES (int16)(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15)
+#else
+#define floatV float8
+#define intV int8
+#define vloadV vload8
+#define vstoreV vstore8
+#define LANES (int8)(0, 1, 2, 3, 4, 5, 6, 7)
+#endif
+
+/* VW masked scores starting at key k (all < K). */
+inline floatV masked_vec(__global const float *x, int k, int limit, __global const int *mrow,
+                         int msk, float fill)
+{
+    floatV v = vloadV(0, x + k);
+    intV ok = (intV)(k) + LANES < (intV)(limit);
+    if (mrow) {
+        intV m = msk == 1 ? vloadV(0, mrow + k) : (intV)(mrow[msk * k]);
+        if (msk != 1)
+            for (int i = 1; i < VW; i++) /* broadcast masks along K are rare: keep it simple */
+                m = select(m, (intV)(mrow[msk * (k + i)]), LANES == (intV)(i));
+        ok = ok & (m != (intV)(0));
+    }
+    return select((floatV)(fill), v, ok);
+}
+
+__kernel void masked_softmax_rows(__global const float *x, int x_off, __global float *y, int y_off,
+                                  int nrows, int K, MASK_PARAMS)
+{
+    int r = get_global_id(0);
+    if (r >= nrows)
+        return;
+    int q = r % Q, d01 = r / Q, d0 = d01 / D1, d1 = d01 % D1;
+    int limit = clattn_row_limit(d0, q, K, lens, lens_off, lens_mode, Q, causal);
+    __global const int *mrow = clattn_mask_row(mask, mask_off, ms, d0, d1, q);
+    __global const float *xr = x + x_off + (size_t)r * K;
+    __global float *yr = y + y_off + (size_t)r * K;
+    int kv = K - K % VW, k;
+
+    floatV mv = (floatV)(-INFINITY);
+    float m = -INFINITY;
+    for (k = 0; k < kv; k += VW)
+        mv = fmax(mv, masked_vec(xr, k, limit, mrow, ms.w, fill));
+    for (; k < K; k++)
+        m = fmax(m, clattn_masked(xr[k], k, limit, mrow, ms.w, fill));
+#if VW == 16
+    mv.lo = fmax(mv.lo, mv.hi);
+#endif
+    m = fmax(m, fmax(fmax(fmax(mv.s0, mv.s1), fmax(mv.s2, mv.s3)),
+                     fmax(fmax(mv.s4, mv.s5), fmax(mv.s6, mv.s7))));
+
+    floatV sv = (floatV)(0.0f);
+    float s = 0.0f;
+    for (k = 0; k < kv; k += VW) {
+        floatV e = exp(masked_vec(xr, k, limit, mrow, ms.w, fill) - (floatV)(m));
+        sv += e;
+        vstoreV(e, 0, yr + k);
+    }
+    for (; k < K; k++) {
+        float e = exp(clattn_masked(xr[k], k, limit, mrow, ms.w, fill) - m);
+        s += e;
+        yr[k] = e;
+    }
+#if VW == 16
+    sv.lo += sv.hi;
+#endif
+    s += ((sv.s0 + sv.s1) + (sv.s2 + sv.s3)) + ((sv.s4 + sv.s5) + (sv.s6 + sv.s7));
+
+    float inv = 1.0f / s;
+    for (k = 0; k < kv; k += VW)
+        vstoreV(vloadV(0, yr + k) * (floatV)(inv), 0, yr + k);
+    for (; k < K; k++)
+        yr[k] *= inv;
+}
+
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
+void masked_softmax_wg(__global const float *x, int x_off, __global float *y, int y_off, int nrows,
+                       int K, MASK_PARAMS)
+{
+    __local float red[WG];
+    int r = get_group_id(0), t = get_local_id(0);
+    int q = r % Q, d01 = r / Q, d0 = d01 / D1, d1 = d01 % D1;
+    int limit = clattn_row_limit(d0, q, K, lens, lens_off, lens_mode, Q, causal);
+    __global const int *mrow = clattn_mask_row(mask, mask_off, ms, d0, d1, q);
+    __global const float *xr = x + x_off + (size_t)r * K;
+    __global float *yr = y + y_off + (size_t)r * K;
+
+    float m = -INFINITY;
+    for (int k = t; k < K; k += WG)
+        m = fmax(m, clattn_masked(xr[k], k, limit, mrow, ms.w, fill));
+    red[t] = m;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int w = WG / 2; w > 0; w >>= 1) {
+        if (t < w)
+            red[t] = fmax(red[t], red[t + w]);
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    m = red[0];
+    barrier(CLK_LOCAL_MEM_FENCE);
+
+    float s = 0.0f;
+    for (int k = t; k < K; k += WG) {
+        float e = exp(clattn_masked(xr[k], k, limit, mrow, ms.w, fill) - m);
+        s += e;
+        yr[k] = e;
+    }
+    red[t] = s;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int w = WG / 2; w > 0; w >>= 1) {
+        if (t < w)
+            red[t] += red[t + w];
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    float inv = 1.0f / red[0];
+    for (int k = t; k < K; k += WG)
+        yr[k] *= inv;
+}

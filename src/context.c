@@ -1,0 +1,178 @@
+/* Context create/wrap/destroy, accessors and the scratch arena. */
+#include "internal.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+const char *clattn_version(void)
+{
+    return CLATTN_VERSION;
+}
+
+static void copy_setting(char *dst, size_t size, const char *param, const char *env)
+{
+    const char *v = param ? param : getenv(env);
+    snprintf(dst, size, "%s", v ? v : "");
+}
+
+static void query_device(clattn_context *c)
+{
+    char ver[128] = "", cver[128] = "";
+    clGetDeviceInfo(c->device, CL_DEVICE_NAME, sizeof c->name, c->name, NULL);
+    clGetDeviceInfo(c->device, CL_DEVICE_VENDOR, sizeof c->vendor, c->vendor, NULL);
+    clGetDeviceInfo(c->device, CL_DRIVER_VERSION, sizeof c->driver, c->driver, NULL);
+    clGetDeviceInfo(c->device, CL_DEVICE_VERSION, sizeof ver, ver, NULL);
+    clGetDeviceInfo(c->device, CL_DEVICE_OPENCL_C_VERSION, sizeof cver, cver, NULL);
+    clGetDeviceInfo(c->device, CL_DEVICE_TYPE, sizeof c->type, &c->type, NULL);
+    clGetDeviceInfo(c->device, CL_DEVICE_PLATFORM, sizeof c->platform, &c->platform, NULL);
+    clGetPlatformInfo(c->platform, CL_PLATFORM_NAME, sizeof c->platform_name, c->platform_name, NULL);
+    clGetPlatformInfo(c->platform, CL_PLATFORM_VERSION, sizeof c->platform_version,
+                      c->platform_version, NULL);
+    cl_ulong alloc = 0, local = 0;
+    clGetDeviceInfo(c->device, CL_DEVICE_MAX_WORK_GROUP_SIZE, sizeof c->max_wg, &c->max_wg, NULL);
+    clGetDeviceInfo(c->device, CL_DEVICE_MAX_MEM_ALLOC_SIZE, sizeof alloc, &alloc, NULL);
+    clGetDeviceInfo(c->device, CL_DEVICE_LOCAL_MEM_SIZE, sizeof local, &local, NULL);
+    c->max_alloc = (size_t)alloc;
+    c->local_mem = (size_t)local;
+    const char *t = (c->type & CL_DEVICE_TYPE_GPU) ? "GPU"
+                    : (c->type & CL_DEVICE_TYPE_CPU) ? "CPU"
+                    : (c->type & CL_DEVICE_TYPE_ACCELERATOR) ? "accelerator" : "other";
+    snprintf(c->description, sizeof c->description, "%s (%s, %s, %s, %s, driver %s)", c->name,
+             c->vendor, t, c->platform_name, cver, c->driver);
+}
+
+static clattn_context *alloc_context(const clattn_params *params)
+{
+    clattn_context *c = calloc(1, sizeof *c);
+    if (!c)
+        return NULL;
+    copy_setting(c->tuning, sizeof c->tuning, params ? params->tuning : NULL, "CLATTN_TUNE");
+    copy_setting(c->kernel_dir, sizeof c->kernel_dir, params ? params->kernel_dir : NULL,
+                 "CLATTN_KERNEL_DIR");
+    copy_setting(c->cache_dir, sizeof c->cache_dir, params ? params->cache_dir : NULL,
+                 "CLATTN_CACHE_DIR");
+    const char *sync = getenv("CLATTN_SYNC");
+    c->sync = (params && params->sync) || (sync && *sync && strcmp(sync, "0") != 0);
+    return c;
+}
+
+clattn_status clattn_context_create(clattn_context **out, const clattn_params *params)
+{
+    clattn_status st = CLATTN_SUCCESS;
+    clattn_context *c = NULL;
+    cl_int err;
+    if (!out)
+        return clattn__fail(NULL, CLATTN_ERROR_INVALID_ARGUMENT, "ctx: NULL pointer");
+    *out = NULL;
+    c = alloc_context(params);
+    CHECK(NULL, c, CLATTN_ERROR_OUT_OF_MEMORY, "out of host memory");
+    CHECK_ST(clattn__select_device(params ? params->device : NULL, &c->platform, &c->device));
+    cl_context_properties props[] = {CL_CONTEXT_PLATFORM, (cl_context_properties)c->platform, 0};
+    c->cl = clCreateContext(props, 1, &c->device, NULL, NULL, &err);
+    CHECK_CL(NULL, err, "clCreateContext");
+    c->queue = clCreateCommandQueue(c->cl, c->device, 0, &err);
+    CHECK_CL(NULL, err, "clCreateCommandQueue");
+    query_device(c);
+    if (clattn__check_tuning(c) != CLATTN_SUCCESS)
+        CHECK(NULL, 0, CLATTN_ERROR_INVALID_ARGUMENT, "%s", c->err);
+    *out = c;
+    return CLATTN_SUCCESS;
+fail:
+    clattn_context_destroy(&c);
+    return st;
+}
+
+clattn_status clattn_context_wrap(clattn_context **out, cl_context context, cl_device_id device,
+                                  cl_command_queue queue, const clattn_params *params)
+{
+    clattn_status st = CLATTN_SUCCESS;
+    clattn_context *c = NULL;
+    cl_command_queue_properties qp = 0;
+    cl_context qctx = NULL;
+    cl_device_id qdev = NULL;
+    if (!out)
+        return clattn__fail(NULL, CLATTN_ERROR_INVALID_ARGUMENT, "ctx: NULL pointer");
+    *out = NULL;
+    CHECK(NULL, context && device && queue, CLATTN_ERROR_INVALID_ARGUMENT,
+          "context, device and queue must all be non-NULL");
+    CHECK_CL(NULL, clGetCommandQueueInfo(queue, CL_QUEUE_CONTEXT, sizeof qctx, &qctx, NULL),
+             "clGetCommandQueueInfo(queue)");
+    clGetCommandQueueInfo(queue, CL_QUEUE_DEVICE, sizeof qdev, &qdev, NULL);
+    clGetCommandQueueInfo(queue, CL_QUEUE_PROPERTIES, sizeof qp, &qp, NULL);
+    CHECK(NULL, qctx == context && qdev == device, CLATTN_ERROR_INVALID_ARGUMENT,
+          "queue: does not belong to the given context and device");
+    CHECK(NULL, !(qp & CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE), CLATTN_ERROR_INVALID_ARGUMENT,
+          "queue: must be in-order (clattn chains kernels through buffers)");
+    c = alloc_context(params);
+    CHECK(NULL, c, CLATTN_ERROR_OUT_OF_MEMORY, "out of host memory");
+    clRetainContext(context);
+    c->cl = context;
+    clRetainCommandQueue(queue);
+    c->queue = queue;
+    c->device = device;
+    query_device(c);
+    if (clattn__check_tuning(c) != CLATTN_SUCCESS)
+        CHECK(NULL, 0, CLATTN_ERROR_INVALID_ARGUMENT, "%s", c->err);
+    *out = c;
+    return CLATTN_SUCCESS;
+fail:
+    clattn_context_destroy(&c);
+    return st;
+}
+
+void clattn_context_destroy(clattn_context **pc)
+{
+    if (!pc || !*pc)
+        return;
+    clattn_context *c = *pc;
+    clattn__release_programs(c);
+    for (int i = 0; i < CLATTN_SCRATCH_COUNT; i++)
+        if (c->scratch[i])
+            clReleaseMemObject(c->scratch[i]);
+    if (c->queue)
+        clReleaseCommandQueue(c->queue);
+    if (c->cl)
+        clReleaseContext(c->cl);
+    free(c);
+    *pc = NULL;
+}
+
+cl_context clattn_context_cl(const clattn_context *c) { return c ? c->cl : NULL; }
+cl_device_id clattn_context_device(const clattn_context *c) { return c ? c->device : NULL; }
+cl_command_queue clattn_context_queue(const clattn_context *c) { return c ? c->queue : NULL; }
+const char *clattn_context_description(const clattn_context *c) { return c ? c->description : ""; }
+
+clattn_status clattn_finish(clattn_context *ctx)
+{
+    clattn_status st = CLATTN_SUCCESS;
+    CHECK(NULL, ctx, CLATTN_ERROR_INVALID_ARGUMENT, "ctx: NULL context");
+    CHECK_CL(ctx, clFinish(ctx->queue), "clFinish");
+fail:
+    return st;
+}
+
+clattn_status clattn__scratch(clattn_context *ctx, int slot, size_t bytes, cl_mem *out)
+{
+    clattn_status st = CLATTN_SUCCESS;
+    cl_int err;
+    if (bytes == 0)
+        bytes = 4;
+    if (ctx->scratch_bytes[slot] < bytes) {
+        /* Grow by at least 1.5x so a sequence of slightly larger calls does not reallocate each
+         * time. Release defers the free until queued kernels using the old buffer are done. */
+        size_t want = bytes + bytes / 2;
+        if (want > ctx->max_alloc)
+            want = bytes;
+        CHECK(ctx, bytes <= ctx->max_alloc, CLATTN_ERROR_OUT_OF_MEMORY,
+              "scratch: %zu bytes exceed the device's max allocation (%zu)", bytes, ctx->max_alloc);
+        cl_mem m = clCreateBuffer(ctx->cl, CL_MEM_READ_WRITE, want, NULL, &err);
+        CHECK_CL(ctx, err, "clCreateBuffer(scratch)");
+        if (ctx->scratch[slot])
+            clReleaseMemObject(ctx->scratch[slot]);
+        ctx->scratch[slot] = m;
+        ctx->scratch_bytes[slot] = want;
+    }
+    *out = ctx->scratch[slot];
+fail:
+    return st;
+}

@@ -1,0 +1,157 @@
+/* Private to the library: the context, argument checks, program and launch helpers. */
+#ifndef CLATTN_INTERNAL_H
+#define CLATTN_INTERNAL_H
+
+#include "clattn.h"
+#include <stdarg.h>
+#include <stdint.h>
+
+#define CLATTN_ERR_SIZE 16384
+#define CLATTN_MAX_PROGRAMS 32
+#define CLATTN_MAX_KERNELS 64
+
+/* Scratch slots: each op layer owns one, so a module's intermediates never collide with the
+ * packing buffers of the matmuls it calls. */
+enum { CLATTN_SCRATCH_MODULE = 0, CLATTN_SCRATCH_OP, CLATTN_SCRATCH_COUNT };
+
+typedef struct {
+    char key[640]; /* "file.cl|options" */
+    cl_program program;
+} clattn_program_entry;
+
+typedef struct {
+    cl_program program;
+    char name[64];
+    cl_kernel kernel;
+} clattn_kernel_entry;
+
+struct clattn_context {
+    cl_platform_id platform;
+    cl_context cl;
+    cl_device_id device;
+    cl_command_queue queue;
+    cl_device_type type;
+    char name[256], vendor[256], platform_name[256], platform_version[256], driver[128];
+    char description[1280];
+    size_t max_wg, max_alloc, local_mem;
+    int sync;
+    char tuning[512];
+    char kernel_dir[512];
+    char cache_dir[512];
+    clattn_program_entry programs[CLATTN_MAX_PROGRAMS];
+    int nprograms;
+    clattn_kernel_entry kernels[CLATTN_MAX_KERNELS];
+    int nkernels;
+    cl_mem scratch[CLATTN_SCRATCH_COUNT];
+    size_t scratch_bytes[CLATTN_SCRATCH_COUNT];
+    char err[CLATTN_ERR_SIZE];
+};
+
+/* ---- errors (status.c) ---- */
+clattn_status clattn__fail(clattn_context *ctx, clattn_status s, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+clattn_status clattn__cl_fail(clattn_context *ctx, cl_int err, const char *what);
+const char *clattn__cl_error_name(cl_int err);
+void clattn__clear_error(clattn_context *ctx);
+
+/* One argument-check macro: on a false condition, record the message and jump to the single
+ * cleanup label `fail` with `st` set. */
+#define CHECK(ctx, cond, status, ...)                       \
+    do {                                                    \
+        if (!(cond)) {                                      \
+            st = clattn__fail((ctx), (status), __VA_ARGS__); \
+            goto fail;                                      \
+        }                                                   \
+    } while (0)
+
+/* Checks an OpenCL return code the same way. */
+#define CHECK_CL(ctx, expr, what)                  \
+    do {                                           \
+        cl_int e_ = (expr);                        \
+        if (e_ != CL_SUCCESS) {                    \
+            st = clattn__cl_fail((ctx), e_, what); \
+            goto fail;                             \
+        }                                          \
+    } while (0)
+
+/* Propagates a clattn_status. */
+#define CHECK_ST(expr)             \
+    do {                           \
+        st = (expr);               \
+        if (st != CLATTN_SUCCESS)  \
+            goto fail;             \
+    } while (0)
+
+/* ---- tensors (tensor.c) ---- */
+/* Validates a view: non-NULL, buffer, rank in [min_rank, max_rank], dtype, non-zero dims, fits in
+ * its buffer and in int32 indexing. name is the argument name for messages. */
+clattn_status clattn__check_tensor(clattn_context *ctx, const clattn_tensor *t, const char *name,
+                                   clattn_dtype dtype, int min_rank, int max_rank);
+/* "(2, 3, 4)" */
+const char *clattn__shape_str(const clattn_tensor *t, char *buf, size_t size);
+size_t clattn__batch_count(const clattn_tensor *t, int inner_dims);
+int clattn__same_view(const clattn_tensor *a, const clattn_tensor *b);
+
+/* ---- programs and launches (program.c) ---- */
+/* Returns the kernel `name` of `file` built with the tuning defines `defines` ("-D A=1 ..."). */
+clattn_status clattn__get_kernel(clattn_context *ctx, const char *file, const char *defines,
+                                 const char *name, cl_kernel *out);
+/* Enqueues an NDRange; lws may be NULL. Honours sync mode. */
+clattn_status clattn__launch(clattn_context *ctx, cl_kernel k, cl_uint dims, const size_t *gws,
+                             const size_t *lws, const char *what);
+/* Sets kernel args from a list: pairs of (size, pointer), ended by size 0. */
+clattn_status clattn__set_args(clattn_context *ctx, cl_kernel k, const char *what, ...);
+#define ARG(x) sizeof(x), (const void *)&(x)
+#define ARGS_END ((size_t)0)
+/* Builds the complete option string of a program (common options + tuning defines). */
+void clattn__build_options(const clattn_context *ctx, const char *defines, char *buf, size_t size);
+/* Embedded sources (generated kernels.c); NULL when unknown. */
+const char *clattn__embedded_source(const char *file);
+void clattn__release_programs(clattn_context *ctx);
+
+/* ---- scratch (context.c) ---- */
+/* A buffer of at least `bytes` in the given slot, grown on demand (never shrunk). */
+clattn_status clattn__scratch(clattn_context *ctx, int slot, size_t bytes, cl_mem *out);
+
+/* ---- device selection (device.c) ---- */
+typedef struct {
+    int platform_index, device_index;
+    cl_device_type type;
+    const char *platform_name, *platform_vendor, *device_name, *vendor;
+} clattn_device_desc;
+/* Index into descs of the device that spec selects, or -1. spec NULL/empty = default rule. Pure
+ * function, testable without devices. */
+int clattn__match_device(const char *spec, const clattn_device_desc *descs, int n);
+/* Resolves spec (NULL = CLATTN_DEVICE) to a device, or fails listing every device. */
+clattn_status clattn__select_device(const char *spec, cl_platform_id *platform,
+                                    cl_device_id *device);
+
+/* ---- tuning (tuning.c) ---- */
+#define CLATTN_MAX_TUNE_PARAMS 12
+typedef struct {
+    char variant[32];
+    int nparams;
+    char names[CLATTN_MAX_TUNE_PARAMS][24];
+    int values[CLATTN_MAX_TUNE_PARAMS];
+    char defines[512]; /* "-D NAME=value ..." for the kernel build */
+} clattn_tuning;
+/* Variant and parameters of `op` for this device, overrides applied. */
+clattn_status clattn__tune(clattn_context *ctx, const char *op, clattn_tuning *out);
+int clattn__tune_int(const clattn_tuning *t, const char *name, int fallback);
+/* Validates the whole override string (unknown ops, variants, parameters are errors). */
+clattn_status clattn__check_tuning(clattn_context *ctx);
+
+/* ---- shared op entry points (arguments already checked) ---- */
+/* matmul.c: C = alpha op(A) op(B) + beta C + bias (bias NULL or (N)). */
+clattn_status clattn__enqueue_matmul(clattn_context *ctx, const clattn_tensor *A, int trans_a,
+                                     const clattn_tensor *B, int trans_b, float alpha, float beta,
+                                     const clattn_tensor *bias, const clattn_tensor *C);
+
+/* misc */
+static inline size_t clattn__round_up(size_t x, size_t m) { return (x + m - 1) / m * m; }
+static inline size_t clattn__div_up(size_t x, size_t m) { return (x + m - 1) / m; }
+
+#endif

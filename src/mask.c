@@ -1,0 +1,151 @@
+/* Mask checks and resolution to kernel arguments (see clattn_mask in clattn.h). */
+#include "mask.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Which of the kernels' (D0, D1, Q, K) slots each axis of a rank-r score tensor lands in. */
+static const int slot_of[5][4] = {{0}, {3}, {2, 3}, {0, 2, 3}, {0, 1, 2, 3}};
+
+static clattn_status resolve_tensor_mask(clattn_context *ctx, const clattn_tensor *mt, int rank,
+                                         const size_t *sdims, const char *name,
+                                         clattn_mask_args *out)
+{
+    clattn_status st = CLATTN_SUCCESS;
+    char shape[96];
+    int s[4] = {0, 0, 0, 0};
+    CHECK_ST(clattn__check_tensor(ctx, mt, "mask.mask", CLATTN_INT32, 1, 4));
+    CHECK(ctx, mt->ndim <= rank, CLATTN_ERROR_SHAPE_MISMATCH,
+          "%s.mask: shape %s has more dims than the scores (%d)", name,
+          clattn__shape_str(mt, shape, sizeof shape), rank);
+    size_t stride = 1;
+    for (int i = mt->ndim - 1; i >= 0; i--) {
+        int axis = rank - mt->ndim + i;
+        size_t want = sdims[axis];
+        CHECK(ctx, mt->dims[i] == 1 || mt->dims[i] == want, CLATTN_ERROR_SHAPE_MISMATCH,
+              "%s.mask: shape %s does not broadcast to the scores: dim %d is %zu, expected 1 or %zu",
+              name, clattn__shape_str(mt, shape, sizeof shape), i, mt->dims[i], want);
+        s[slot_of[rank][axis]] = mt->dims[i] == 1 ? 0 : (int)stride;
+        stride *= mt->dims[i];
+    }
+    out->mask = mt->buf;
+    out->mask_off = (int)mt->offset;
+    out->ms.s[0] = s[0];
+    out->ms.s[1] = s[1];
+    out->ms.s[2] = s[2];
+    out->ms.s[3] = s[3];
+fail:
+    return st;
+}
+
+static clattn_status check_lens_shape(clattn_context *ctx, int ndim, const size_t *dims,
+                                      const clattn_mask_args *o, const char *name)
+{
+    clattn_status st = CLATTN_SUCCESS;
+    CHECK(ctx, ndim == 1 || ndim == 2, CLATTN_ERROR_SHAPE_MISMATCH,
+          "%s.valid_lens: rank %d, expected 1 (B) or 2 (B, Q)", name, ndim);
+    CHECK(ctx, dims[0] == (size_t)o->D0 && (ndim == 1 || dims[1] == (size_t)o->Q),
+          CLATTN_ERROR_SHAPE_MISMATCH,
+          "%s.valid_lens: shape (%zu%s%zu), expected (%d) or (%d, %d) for these scores", name,
+          dims[0], ndim == 2 ? ", " : "", ndim == 2 ? dims[1] : 0, o->D0, o->D0, o->Q);
+fail:
+    return st;
+}
+
+static clattn_status check_lens_values(clattn_context *ctx, const int *v, size_t n, int K,
+                                       const char *name)
+{
+    clattn_status st = CLATTN_SUCCESS;
+    for (size_t i = 0; i < n; i++)
+        CHECK(ctx, v[i] >= 0 && v[i] <= K, CLATTN_ERROR_INVALID_ARGUMENT,
+              "%s.valid_lens[%zu] = %d is outside [0, K = %d]", name, i, v[i], K);
+fail:
+    return st;
+}
+
+static clattn_status resolve_device_lens(clattn_context *ctx, const clattn_tensor *t,
+                                         const char *name, clattn_mask_args *o)
+{
+    clattn_status st = CLATTN_SUCCESS;
+    int *host = NULL;
+    CHECK_ST(clattn__check_tensor(ctx, t, "mask.valid_lens", CLATTN_INT32, 1, 2));
+    CHECK_ST(check_lens_shape(ctx, t->ndim, t->dims, o, name));
+    if (ctx->sync) { /* debug mode may block: check the values the kernels would clamp */
+        size_t n = clattn_tensor_numel(t);
+        host = malloc(n * sizeof *host);
+        CHECK(ctx, host, CLATTN_ERROR_OUT_OF_MEMORY, "out of host memory");
+        CHECK_CL(ctx, clEnqueueReadBuffer(ctx->queue, t->buf, CL_TRUE, t->offset * 4, n * 4, host,
+                                          0, NULL, NULL), "reading valid_lens (CLATTN_SYNC)");
+        CHECK_ST(check_lens_values(ctx, host, n, o->K, name));
+    }
+    o->lens = t->buf;
+    o->lens_off = (int)t->offset;
+    o->lens_mode = t->ndim;
+fail:
+    free(host);
+    return st;
+}
+
+static clattn_status resolve_host_lens(clattn_context *ctx, const clattn_mask *m, const char *name,
+                                       clattn_mask_args *o)
+{
+    clattn_status st = CLATTN_SUCCESS;
+    cl_int err;
+    CHECK_ST(check_lens_shape(ctx, m->lens_ndim, m->lens_dims, o, name));
+    size_t n = m->lens_dims[0] * (m->lens_ndim == 2 ? m->lens_dims[1] : 1);
+    CHECK_ST(check_lens_values(ctx, m->valid_lens_host, n, o->K, name));
+    /* A fresh buffer copies the values now, so the caller's array is free on return and the
+     * queue is not waited on. */
+    o->owned_lens = clCreateBuffer(ctx->cl, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, n * sizeof(int),
+                                   (void *)m->valid_lens_host, &err);
+    CHECK_CL(ctx, err, "clCreateBuffer(valid_lens)");
+    o->lens = o->owned_lens;
+    o->lens_off = 0;
+    o->lens_mode = m->lens_ndim;
+fail:
+    return st;
+}
+
+clattn_status clattn__resolve_mask_dims(clattn_context *ctx, const clattn_mask *m, int rank,
+                                        const size_t *sdims, const char *name,
+                                        clattn_mask_args *o)
+{
+    clattn_status st = CLATTN_SUCCESS;
+    size_t d4[4] = {1, 1, 1, 1};
+    memset(o, 0, sizeof *o);
+    for (int i = 0; i < rank; i++)
+        d4[slot_of[rank][i]] = sdims[i];
+    o->D0 = (int)d4[0];
+    o->D1 = (int)d4[1];
+    o->Q = (int)d4[2];
+    o->K = (int)d4[3];
+    o->fill = CLATTN_DEFAULT_FILL;
+    if (!m)
+        return CLATTN_SUCCESS;
+    o->fill = m->fill != 0.0f ? m->fill : CLATTN_DEFAULT_FILL;
+    o->causal = m->causal != 0;
+    CHECK(ctx, !(m->valid_lens && m->valid_lens_host), CLATTN_ERROR_INVALID_ARGUMENT,
+          "%s: give valid_lens or valid_lens_host, not both", name);
+    if (m->valid_lens)
+        CHECK_ST(resolve_device_lens(ctx, m->valid_lens, name, o));
+    if (m->mask)
+        CHECK_ST(resolve_tensor_mask(ctx, m->mask, rank, sdims, name, o));
+    if (m->valid_lens_host) /* last: nothing to release when an earlier check fails */
+        CHECK_ST(resolve_host_lens(ctx, m, name, o));
+fail:
+    return st;
+}
+
+clattn_status clattn__resolve_mask(clattn_context *ctx, const clattn_mask *m,
+                                   const clattn_tensor *scores, const char *name,
+                                   clattn_mask_args *o)
+{
+    return clattn__resolve_mask_dims(ctx, m, scores->ndim, scores->dims, name, o);
+}
+
+void clattn__mask_release(clattn_mask_args *m)
+{
+    if (m->owned_lens)
+        clReleaseMemObject(m->owned_lens);
+    m->owned_lens = NULL;
+}

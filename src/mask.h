@@ -1,0 +1,34 @@
+/* Masks resolved against a score shape, ready to pass to the softmax and attention kernels. */
+#ifndef CLATTN_MASK_H
+#define CLATTN_MASK_H
+#include "internal.h"
+
+typedef struct {
+    int D0, D1, Q, K;  /* scores viewed as (D0, D1, Q, K) */
+    cl_mem lens;       /* NULL when lens_mode == 0 */
+    int lens_off, lens_mode;
+    cl_mem mask;       /* NULL when there is no mask tensor */
+    int mask_off;
+    cl_int4 ms;        /* mask strides over (D0, D1, Q, K), 0 where it broadcasts */
+    int causal;
+    float fill;
+    cl_mem owned_lens; /* uploaded host lengths; release with clattn__mask_release */
+} clattn_mask_args;
+
+/* Checks mask against a score tensor of shape (.., Q, K) (rank 1-4) and fills *out. Host lengths
+ * are uploaded into a new small buffer (no host sync). name is used in messages. */
+clattn_status clattn__resolve_mask(clattn_context *ctx, const clattn_mask *mask,
+                                   const clattn_tensor *scores, const char *name,
+                                   clattn_mask_args *out);
+/* Same, for a score shape given directly (attention ops have no score tensor). */
+clattn_status clattn__resolve_mask_dims(clattn_context *ctx, const clattn_mask *mask, int score_rank,
+                                        const size_t *score_dims, const char *name,
+                                        clattn_mask_args *out);
+/* Drops the uploaded lengths (the device frees them once queued kernels are done). */
+void clattn__mask_release(clattn_mask_args *m);
+
+/* softmax.c: launches the chosen softmax variant (arguments already checked). */
+clattn_status clattn__enqueue_softmax(clattn_context *ctx, const clattn_tuning *tune,
+                                      const clattn_tensor *x, const clattn_mask_args *m,
+                                      const clattn_tensor *y);
+#endif

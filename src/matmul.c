@@ -1,0 +1,215 @@
+/* clattn_matmul and clattn_linear: checks, variant choice (packed CPU shape or local-memory tiled
+ * GPU shape) and launches. */
+#include "internal.h"
+#include <stdio.h>
+#include <string.h>
+
+/* Shape of one operand as the kernels see it: rows x cols of op(X), strides into the buffer. */
+typedef struct {
+    int rows, cols, s_row, s_col, batch_stride;
+} operand;
+
+static operand describe(const clattn_tensor *t, int trans)
+{
+    int r = (int)t->dims[t->ndim - 2], c = (int)t->dims[t->ndim - 1];
+    operand o;
+    o.rows = trans ? c : r;
+    o.cols = trans ? r : c;
+    o.s_row = trans ? 1 : c;
+    o.s_col = trans ? c : 1;
+    o.batch_stride = t->ndim == 2 ? 0 : r * c;
+    return o;
+}
+
+static int overlaps(const clattn_tensor *a, const clattn_tensor *b)
+{
+    return a->buf == b->buf && a->offset < b->offset + clattn_tensor_numel(b) &&
+           b->offset < a->offset + clattn_tensor_numel(a);
+}
+
+static clattn_status check_batch(clattn_context *ctx, const clattn_tensor *x, const char *name,
+                                 const clattn_tensor *C)
+{
+    clattn_status st = CLATTN_SUCCESS;
+    char s1[96], s2[96];
+    if (x->ndim == 2)
+        return CLATTN_SUCCESS; /* shared by every batch */
+    CHECK(ctx, x->ndim == C->ndim && memcmp(x->dims, C->dims, sizeof(size_t) * (x->ndim - 2)) == 0,
+          CLATTN_ERROR_SHAPE_MISMATCH, "%s: batch dims of %s do not match C %s", name,
+          clattn__shape_str(x, s1, sizeof s1), clattn__shape_str(C, s2, sizeof s2));
+fail:
+    return st;
+}
+
+static clattn_status check_matmul(clattn_context *ctx, const clattn_tensor *A, int ta,
+                                  const clattn_tensor *B, int tb, const clattn_tensor *C)
+{
+    clattn_status st = CLATTN_SUCCESS;
+    char s1[96], s2[96], s3[96];
+    CHECK_ST(clattn__check_tensor(ctx, A, "A", CLATTN_FLOAT32, 2, 4));
+    CHECK_ST(clattn__check_tensor(ctx, B, "B", CLATTN_FLOAT32, 2, 4));
+    CHECK_ST(clattn__check_tensor(ctx, C, "C", CLATTN_FLOAT32, 2, 4));
+    operand a = describe(A, ta), b = describe(B, tb);
+    int M = (int)C->dims[C->ndim - 2], N = (int)C->dims[C->ndim - 1];
+    CHECK(ctx, a.cols == b.rows, CLATTN_ERROR_SHAPE_MISMATCH,
+          "B: inner dims differ: op(A) of %s is %dx%d, op(B) of %s is %dx%d",
+          clattn__shape_str(A, s1, sizeof s1), a.rows, a.cols, clattn__shape_str(B, s2, sizeof s2),
+          b.rows, b.cols);
+    CHECK(ctx, a.rows == M && b.cols == N, CLATTN_ERROR_SHAPE_MISMATCH,
+          "C: shape %s, expected (..., %d, %d) from A %s and B %s",
+          clattn__shape_str(C, s3, sizeof s3), a.rows, b.cols, s1, s2);
+    CHECK_ST(check_batch(ctx, A, "A", C));
+    CHECK_ST(check_batch(ctx, B, "B", C));
+    CHECK(ctx, !overlaps(C, A) && !overlaps(C, B), CLATTN_ERROR_INVALID_ARGUMENT,
+          "C: overlaps A or B in the same buffer");
+fail:
+    return st;
+}
+
+clattn_status clattn_matmul(clattn_context *ctx, const clattn_tensor *A, int trans_a,
+                            const clattn_tensor *B, int trans_b, float alpha, float beta,
+                            const clattn_tensor *C)
+{
+    clattn_status st = CLATTN_SUCCESS;
+    CHECK(NULL, ctx, CLATTN_ERROR_INVALID_ARGUMENT, "ctx: NULL context");
+    CHECK_ST(check_matmul(ctx, A, trans_a, B, trans_b, C));
+    CHECK_ST(clattn__enqueue_matmul(ctx, A, trans_a, B, trans_b, alpha, beta, NULL, C));
+fail:
+    return st;
+}
+
+clattn_status clattn_linear(clattn_context *ctx, const clattn_tensor *x, const clattn_tensor *W,
+                            const clattn_tensor *bias, const clattn_tensor *y)
+{
+    clattn_status st = CLATTN_SUCCESS;
+    char s1[96], s2[96], s3[96];
+    CHECK(NULL, ctx, CLATTN_ERROR_INVALID_ARGUMENT, "ctx: NULL context");
+    CHECK_ST(clattn__check_tensor(ctx, x, "x", CLATTN_FLOAT32, 1, 4));
+    CHECK_ST(clattn__check_tensor(ctx, W, "W", CLATTN_FLOAT32, 2, 2));
+    CHECK_ST(clattn__check_tensor(ctx, y, "y", CLATTN_FLOAT32, 1, 4));
+    size_t in = x->dims[x->ndim - 1], out = W->dims[0], rows = clattn_tensor_numel(x) / in;
+    CHECK(ctx, W->dims[1] == in, CLATTN_ERROR_SHAPE_MISMATCH,
+          "W: shape %s, expected (out_features, %zu) for x %s", clattn__shape_str(W, s1, sizeof s1),
+          in, clattn__shape_str(x, s2, sizeof s2));
+    CHECK(ctx, y->ndim == x->ndim && y->dims[y->ndim - 1] == out &&
+                   memcmp(y->dims, x->dims, sizeof(size_t) * (x->ndim - 1)) == 0,
+          CLATTN_ERROR_SHAPE_MISMATCH, "y: shape %s, expected x's leading dims and %zu features",
+          clattn__shape_str(y, s3, sizeof s3), out);
+    if (bias) {
+        CHECK_ST(clattn__check_tensor(ctx, bias, "bias", CLATTN_FLOAT32, 1, 1));
+        CHECK(ctx, bias->dims[0] == out, CLATTN_ERROR_SHAPE_MISMATCH,
+              "bias: %zu elements, expected out_features = %zu", bias->dims[0], out);
+    }
+    size_t d2x[2] = {rows, in}, d2y[2] = {rows, out};
+    clattn_tensor x2 = clattn_view(x->buf, CLATTN_FLOAT32, x->offset, 2, d2x);
+    clattn_tensor y2 = clattn_view(y->buf, CLATTN_FLOAT32, y->offset, 2, d2y);
+    CHECK(ctx, !overlaps(&y2, &x2) && !overlaps(&y2, W) && !(bias && overlaps(&y2, bias)),
+          CLATTN_ERROR_INVALID_ARGUMENT, "y: overlaps x, W or bias in the same buffer");
+    CHECK_ST(clattn__enqueue_matmul(ctx, &x2, 0, W, 1, 1.0f, 0.0f, bias, &y2));
+fail:
+    return st;
+}
+
+static clattn_status enqueue_tiled(clattn_context *ctx, const clattn_tuning *tune,
+                                   const clattn_tensor *A, operand a, const clattn_tensor *B,
+                                   operand b, float alpha, float beta, const clattn_tensor *bias,
+                                   const clattn_tensor *C, int batch)
+{
+    clattn_status st = CLATTN_SUCCESS;
+    cl_kernel k;
+    int TS = clattn__tune_int(tune, "TS", 16), WPT = clattn__tune_int(tune, "WPT", 4);
+    int M = a.rows, N = b.cols, K = a.cols;
+    int a_off = (int)A->offset, b_off = (int)B->offset, c_off = (int)C->offset;
+    int bias_off = bias ? (int)bias->offset : 0;
+    cl_mem bias_buf = bias ? bias->buf : NULL;
+    CHECK(ctx, TS % WPT == 0 && (size_t)(TS * TS / WPT) <= ctx->max_wg &&
+                   2 * TS * (TS + 1) * 4 <= (int)ctx->local_mem,
+          CLATTN_ERROR_UNSUPPORTED, "tuning: matmul=gpu with TS=%d WPT=%d does not fit this device",
+          TS, WPT);
+    CHECK_ST(clattn__get_kernel(ctx, "matmul.cl", tune->defines, "matmul_tiled", &k));
+    CHECK_ST(clattn__set_args(ctx, k, "matmul_tiled", ARG(A->buf), ARG(a_off), ARG(a.batch_stride),
+                              ARG(a.s_row), ARG(a.s_col), ARG(B->buf), ARG(b_off),
+                              ARG(b.batch_stride), ARG(b.s_row), ARG(b.s_col), ARG(C->buf),
+                              ARG(c_off), ARG(M), ARG(N), ARG(K), ARG(alpha), ARG(beta),
+                              ARG(bias_buf), ARG(bias_off), ARGS_END));
+    size_t lws[3] = {(size_t)TS, (size_t)(TS / WPT), 1};
+    size_t gws[3] = {clattn__round_up((size_t)N, TS), clattn__div_up((size_t)M, TS) * lws[1],
+                     (size_t)batch};
+    CHECK_ST(clattn__launch(ctx, k, 3, gws, lws, "matmul_tiled"));
+fail:
+    return st;
+}
+
+/* Packs op(X) (rows x K in panels of P rows, every batch) into buf from element dst_off. */
+static clattn_status pack(clattn_context *ctx, cl_kernel k, const clattn_tensor *X, operand o,
+                          int P, int nb, cl_mem buf, int dst_off)
+{
+    clattn_status st = CLATTN_SUCCESS;
+    int off = (int)X->offset;
+    CHECK_ST(clattn__set_args(ctx, k, "pack_panels", ARG(X->buf), ARG(off), ARG(o.batch_stride),
+                              ARG(o.s_row), ARG(o.s_col), ARG(o.rows), ARG(o.cols), ARG(P),
+                              ARG(buf), ARG(dst_off), ARGS_END));
+    size_t gws[3] = {(size_t)o.cols, clattn__div_up((size_t)o.rows, P), (size_t)nb};
+    CHECK_ST(clattn__launch(ctx, k, 3, gws, NULL, "pack_panels"));
+fail:
+    return st;
+}
+
+static clattn_status enqueue_packed(clattn_context *ctx, const clattn_tuning *tune,
+                                    const clattn_tensor *A, operand a, const clattn_tensor *B,
+                                    operand b, float alpha, float beta, const clattn_tensor *bias,
+                                    const clattn_tensor *C, int batch)
+{
+    clattn_status st = CLATTN_SUCCESS;
+    cl_kernel kp, km;
+    cl_mem buf;
+    int TM = clattn__tune_int(tune, "TM", 12), TN = clattn__tune_int(tune, "TN", 32);
+    int VN = clattn__tune_int(tune, "VN", 16);
+    int M = a.rows, N = b.cols, K = a.cols, c_off = (int)C->offset;
+    int bias_off = bias ? (int)bias->offset : 0;
+    cl_mem bias_buf = bias ? bias->buf : NULL;
+    /* A shared (stride 0) operand is packed once and read by every batch. */
+    int nba = a.batch_stride ? batch : 1, nbb = b.batch_stride ? batch : 1;
+    size_t pa = clattn__div_up((size_t)M, TM) * TM * K, pb = clattn__div_up((size_t)N, TN) * TN * K;
+    size_t total = pa * nba + pb * nbb;
+    CHECK(ctx, (VN == 8 || VN == 16) && TN % VN == 0, CLATTN_ERROR_INVALID_ARGUMENT,
+          "tuning: matmul=cpu needs VN 8 or 16 and TN a multiple of VN (TN=%d VN=%d)", TN, VN);
+    CHECK(ctx, total <= (size_t)INT32_MAX, CLATTN_ERROR_UNSUPPORTED,
+          "matmul: packed operands of %zu elements exceed 32-bit indexing", total);
+    CHECK_ST(clattn__scratch(ctx, CLATTN_SCRATCH_OP, total * 4, &buf));
+    CHECK_ST(clattn__get_kernel(ctx, "matmul.cl", tune->defines, "pack_panels", &kp));
+    CHECK_ST(clattn__get_kernel(ctx, "matmul.cl", tune->defines, "matmul_packed", &km));
+    CHECK_ST(pack(ctx, kp, A, a, TM, nba, buf, 0));
+    int b_off = (int)(pa * nba);
+    operand bt = b; /* B's panels run along its columns: pack op(B)^T */
+    bt.rows = b.cols;
+    bt.cols = b.rows;
+    bt.s_row = b.s_col;
+    bt.s_col = b.s_row;
+    CHECK_ST(pack(ctx, kp, B, bt, TN, nbb, buf, b_off));
+    int a_bs = a.batch_stride ? (int)pa : 0, b_bs = b.batch_stride ? (int)pb : 0;
+    CHECK_ST(clattn__set_args(ctx, km, "matmul_packed", ARG(buf), ARG(a_bs), ARG(buf), ARG(b_off),
+                              ARG(b_bs), ARG(C->buf), ARG(c_off), ARG(M), ARG(N), ARG(K),
+                              ARG(alpha), ARG(beta), ARG(bias_buf), ARG(bias_off), ARGS_END));
+    size_t gws[3] = {clattn__div_up((size_t)N, TN), clattn__div_up((size_t)M, TM), (size_t)batch};
+    CHECK_ST(clattn__launch(ctx, km, 3, gws, NULL, "matmul_packed"));
+fail:
+    return st;
+}
+
+clattn_status clattn__enqueue_matmul(clattn_context *ctx, const clattn_tensor *A, int trans_a,
+                                     const clattn_tensor *B, int trans_b, float alpha, float beta,
+                                     const clattn_tensor *bias, const clattn_tensor *C)
+{
+    clattn_status st = CLATTN_SUCCESS;
+    clattn_tuning tune;
+    operand a = describe(A, trans_a), b = describe(B, trans_b);
+    int batch = (int)clattn__batch_count(C, 2);
+    CHECK_ST(clattn__tune(ctx, "matmul", &tune));
+    if (strcmp(tune.variant, "gpu") == 0)
+        CHECK_ST(enqueue_tiled(ctx, &tune, A, a, B, b, alpha, beta, bias, C, batch));
+    else
+        CHECK_ST(enqueue_packed(ctx, &tune, A, a, B, b, alpha, beta, bias, C, batch));
+fail:
+    return st;
+}

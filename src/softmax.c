@@ -1,0 +1,59 @@
+/* clattn_masked_softmax: argument checks, mask resolution, variant choice and launch. */
+#include "internal.h"
+#include "mask.h"
+#include <string.h>
+
+clattn_status clattn_masked_softmax(clattn_context *ctx, const clattn_tensor *scores,
+                                    const clattn_mask *mask, const clattn_tensor *out)
+{
+    clattn_status st = CLATTN_SUCCESS;
+    clattn_mask_args m = {0};
+    clattn_tuning tune;
+    char s1[96], s2[96];
+    CHECK(NULL, ctx, CLATTN_ERROR_INVALID_ARGUMENT, "ctx: NULL context");
+    CHECK_ST(clattn__check_tensor(ctx, scores, "scores", CLATTN_FLOAT32, 1, 4));
+    CHECK_ST(clattn__check_tensor(ctx, out, "out", CLATTN_FLOAT32, 1, 4));
+    CHECK(ctx, scores->ndim == out->ndim &&
+                   memcmp(scores->dims, out->dims, sizeof(size_t) * (size_t)out->ndim) == 0,
+          CLATTN_ERROR_SHAPE_MISMATCH, "out: shape %s, expected the scores' shape %s",
+          clattn__shape_str(out, s1, sizeof s1), clattn__shape_str(scores, s2, sizeof s2));
+    CHECK(ctx, out->buf != scores->buf || clattn__same_view(out, scores) ||
+                   out->offset >= scores->offset + clattn_tensor_numel(scores) ||
+                   scores->offset >= out->offset + clattn_tensor_numel(out),
+          CLATTN_ERROR_INVALID_ARGUMENT, "out: overlaps scores without being the same view");
+    CHECK_ST(clattn__resolve_mask(ctx, mask, scores, "mask", &m));
+    CHECK_ST(clattn__tune(ctx, "softmax", &tune));
+    CHECK_ST(clattn__enqueue_softmax(ctx, &tune, scores, &m, out));
+fail:
+    clattn__mask_release(&m);
+    return st;
+}
+
+clattn_status clattn__enqueue_softmax(clattn_context *ctx, const clattn_tuning *tune,
+                                      const clattn_tensor *x, const clattn_mask_args *m,
+                                      const clattn_tensor *y)
+{
+    clattn_status st = CLATTN_SUCCESS;
+    cl_kernel k;
+    int gpu = strcmp(tune->variant, "gpu") == 0;
+    int nrows = (int)(clattn_tensor_numel(x) / m->K), K = m->K;
+    int x_off = (int)x->offset, y_off = (int)y->offset;
+    size_t gws, lws;
+    CHECK_ST(clattn__get_kernel(ctx, "softmax.cl", tune->defines,
+                                gpu ? "masked_softmax_wg" : "masked_softmax_rows", &k));
+    CHECK_ST(clattn__set_args(ctx, k, "masked_softmax", ARG(x->buf), ARG(x_off), ARG(y->buf),
+                              ARG(y_off), ARG(nrows), ARG(K), ARG(m->Q), ARG(m->D1),
+                              ARG(m->lens), ARG(m->lens_off), ARG(m->lens_mode), ARG(m->mask),
+                              ARG(m->mask_off), ARG(m->ms),
+                              ARG(m->causal), ARG(m->fill), ARGS_END));
+    if (gpu) {
+        lws = (size_t)clattn__tune_int(tune, "WG", 128);
+        gws = (size_t)nrows * lws;
+    } else {
+        lws = 0;
+        gws = (size_t)nrows;
+    }
+    CHECK_ST(clattn__launch(ctx, k, 1, &gws, lws ? &lws : NULL, "masked_softmax"));
+fail:
+    return st;
+}

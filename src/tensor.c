@@ -1,0 +1,166 @@
+/* Tensor views: validation and host <-> device helpers. */
+#include "internal.h"
+#include <limits.h>
+#include <stdio.h>
+#include <string.h>
+
+clattn_tensor clattn_view(cl_mem buf, clattn_dtype dtype, size_t offset, int ndim,
+                          const size_t *dims)
+{
+    clattn_tensor t;
+    memset(&t, 0, sizeof t);
+    t.buf = buf;
+    t.dtype = dtype;
+    t.offset = offset;
+    t.ndim = ndim;
+    for (int i = 0; i < ndim && i < CLATTN_MAX_DIMS && dims; i++)
+        t.dims[i] = dims[i];
+    return t;
+}
+
+size_t clattn_tensor_numel(const clattn_tensor *t)
+{
+    size_t n = 1;
+    if (!t || t->ndim < 1 || t->ndim > CLATTN_MAX_DIMS)
+        return 0;
+    for (int i = 0; i < t->ndim; i++)
+        n *= t->dims[i];
+    return n;
+}
+
+const char *clattn__shape_str(const clattn_tensor *t, char *buf, size_t size)
+{
+    size_t used = 0;
+    used += (size_t)snprintf(buf, size, "(");
+    for (int i = 0; t && i < t->ndim && i < CLATTN_MAX_DIMS && used < size; i++)
+        used += (size_t)snprintf(buf + used, size - used, i ? ", %zu" : "%zu", t->dims[i]);
+    if (used < size)
+        snprintf(buf + used, size - used, ")");
+    return buf;
+}
+
+size_t clattn__batch_count(const clattn_tensor *t, int inner_dims)
+{
+    size_t n = 1;
+    for (int i = 0; i < t->ndim - inner_dims; i++)
+        n *= t->dims[i];
+    return n;
+}
+
+int clattn__same_view(const clattn_tensor *a, const clattn_tensor *b)
+{
+    return a->buf == b->buf && a->offset == b->offset;
+}
+
+/* Kernels index with 32-bit ints (fast on GPUs); views must stay below this many elements. */
+#define MAX_ELEMENTS ((size_t)INT_MAX)
+
+clattn_status clattn__check_tensor(clattn_context *ctx, const clattn_tensor *t, const char *name,
+                                   clattn_dtype dtype, int min_rank, int max_rank)
+{
+    clattn_status st = CLATTN_SUCCESS;
+    size_t bytes = 0, n = 1;
+    char shape[96];
+    CHECK(ctx, t, CLATTN_ERROR_INVALID_ARGUMENT, "%s: NULL tensor", name);
+    CHECK(ctx, t->buf, CLATTN_ERROR_INVALID_ARGUMENT, "%s: tensor has no buffer (buf is NULL)", name);
+    CHECK(ctx, t->ndim >= min_rank && t->ndim <= max_rank, CLATTN_ERROR_SHAPE_MISMATCH,
+          "%s: rank %d, expected %d to %d dims", name, t->ndim, min_rank, max_rank);
+    CHECK(ctx, t->dtype == dtype, CLATTN_ERROR_INVALID_TENSOR, "%s: dtype %s, expected %s", name,
+          t->dtype == CLATTN_INT32 ? "int32" : t->dtype == CLATTN_FLOAT32 ? "float32" : "unknown",
+          dtype == CLATTN_INT32 ? "int32" : "float32");
+    for (int i = 0; i < t->ndim; i++) {
+        CHECK(ctx, t->dims[i] > 0, CLATTN_ERROR_SHAPE_MISMATCH, "%s: shape %s has a zero-size dim",
+              name, clattn__shape_str(t, shape, sizeof shape));
+        CHECK(ctx, t->dims[i] <= MAX_ELEMENTS / n, CLATTN_ERROR_INVALID_TENSOR,
+              "%s: shape %s has more than %zu elements", name,
+              clattn__shape_str(t, shape, sizeof shape), MAX_ELEMENTS);
+        n *= t->dims[i];
+    }
+    CHECK(ctx, t->offset <= MAX_ELEMENTS - n, CLATTN_ERROR_INVALID_TENSOR,
+          "%s: offset %zu + %zu elements exceeds %zu", name, t->offset, n, MAX_ELEMENTS);
+    CHECK_CL(ctx, clGetMemObjectInfo(t->buf, CL_MEM_SIZE, sizeof bytes, &bytes, NULL), name);
+    CHECK(ctx, (t->offset + n) * 4 <= bytes, CLATTN_ERROR_INVALID_TENSOR,
+          "%s: view of %zu elements at offset %zu needs %zu bytes, buffer has %zu", name, n,
+          t->offset, (t->offset + n) * 4, bytes);
+fail:
+    return st;
+}
+
+clattn_status clattn_tensor_create(clattn_context *ctx, clattn_dtype dtype, int ndim,
+                                   const size_t *dims, const void *host, clattn_tensor *out)
+{
+    clattn_status st = CLATTN_SUCCESS;
+    cl_int err;
+    CHECK(NULL, ctx, CLATTN_ERROR_INVALID_ARGUMENT, "ctx: NULL context");
+    CHECK(ctx, out, CLATTN_ERROR_INVALID_ARGUMENT, "out: NULL pointer");
+    CHECK(ctx, dims && ndim >= 1 && ndim <= CLATTN_MAX_DIMS, CLATTN_ERROR_SHAPE_MISMATCH,
+          "dims: rank %d, expected 1 to %d", ndim, CLATTN_MAX_DIMS);
+    CHECK(ctx, dtype == CLATTN_FLOAT32 || dtype == CLATTN_INT32, CLATTN_ERROR_INVALID_ARGUMENT,
+          "dtype: unknown (%d)", (int)dtype);
+    size_t n = 1;
+    for (int i = 0; i < ndim; i++) {
+        CHECK(ctx, dims[i] > 0 && dims[i] <= MAX_ELEMENTS / n, CLATTN_ERROR_INVALID_TENSOR,
+              "dims[%d] = %zu: zero or too large", i, dims[i]);
+        n *= dims[i];
+    }
+    CHECK(ctx, n * 4 <= ctx->max_alloc, CLATTN_ERROR_OUT_OF_MEMORY,
+          "dims: %zu bytes exceed the device's max allocation (%zu)", n * 4, ctx->max_alloc);
+    cl_mem m = clCreateBuffer(ctx->cl, CL_MEM_READ_WRITE | (host ? CL_MEM_COPY_HOST_PTR : 0), n * 4,
+                              (void *)host, &err);
+    CHECK_CL(ctx, err, "clCreateBuffer");
+    *out = clattn_view(m, dtype, 0, ndim, dims);
+fail:
+    return st;
+}
+
+void clattn_tensor_release(clattn_tensor *t)
+{
+    if (!t)
+        return;
+    if (t->buf)
+        clReleaseMemObject(t->buf);
+    memset(t, 0, sizeof *t);
+}
+
+static clattn_status transfer(clattn_context *ctx, const clattn_tensor *t, void *host, int write)
+{
+    clattn_status st = CLATTN_SUCCESS;
+    CHECK(NULL, ctx, CLATTN_ERROR_INVALID_ARGUMENT, "ctx: NULL context");
+    CHECK(ctx, t, CLATTN_ERROR_INVALID_ARGUMENT, "tensor: NULL");
+    CHECK_ST(clattn__check_tensor(ctx, t, "tensor", t->dtype, 1, CLATTN_MAX_DIMS));
+    CHECK(ctx, host, CLATTN_ERROR_INVALID_ARGUMENT, "host: NULL pointer");
+    size_t bytes = clattn_tensor_numel(t) * 4, off = t->offset * 4;
+    if (write)
+        CHECK_CL(ctx, clEnqueueWriteBuffer(ctx->queue, t->buf, CL_TRUE, off, bytes, host, 0, NULL,
+                                           NULL), "clEnqueueWriteBuffer");
+    else
+        CHECK_CL(ctx, clEnqueueReadBuffer(ctx->queue, t->buf, CL_TRUE, off, bytes, host, 0, NULL,
+                                          NULL), "clEnqueueReadBuffer");
+fail:
+    return st;
+}
+
+clattn_status clattn_tensor_write_blocking(clattn_context *ctx, const clattn_tensor *t,
+                                           const void *host)
+{
+    return transfer(ctx, t, (void *)host, 1);
+}
+
+clattn_status clattn_tensor_read_blocking(clattn_context *ctx, const clattn_tensor *t, void *host)
+{
+    return transfer(ctx, t, host, 0);
+}
+
+clattn_status clattn_tensor_fill(clattn_context *ctx, const clattn_tensor *t, float value)
+{
+    clattn_status st = CLATTN_SUCCESS;
+    CHECK(NULL, ctx, CLATTN_ERROR_INVALID_ARGUMENT, "ctx: NULL context");
+    CHECK_ST(clattn__check_tensor(ctx, t, "tensor", CLATTN_FLOAT32, 1, CLATTN_MAX_DIMS));
+    CHECK_CL(ctx, clEnqueueFillBuffer(ctx->queue, t->buf, &value, sizeof value, t->offset * 4,
+                                      clattn_tensor_numel(t) * 4, 0, NULL, NULL),
+             "clEnqueueFillBuffer");
+    if (ctx->sync)
+        CHECK_CL(ctx, clFinish(ctx->queue), "clFinish (CLATTN_SYNC)");
+fail:
+    return st;
+}

@@ -1,0 +1,149 @@
+#include "harness.h"
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+clattn_context *h_ctx;
+static unsigned long long seed_base, state;
+
+unsigned long long h_seed(void)
+{
+    return seed_base;
+}
+
+void h_reseed(unsigned long long salt)
+{
+    state = seed_base * 0x9E3779B97F4A7C15ull + salt * 0xD1B54A32D192ED03ull + 1;
+}
+
+static unsigned long long next(void)
+{
+    unsigned long long z = (state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+double h_uniform(double lo, double hi)
+{
+    return lo + (hi - lo) * ((next() >> 11) * (1.0 / 9007199254740992.0));
+}
+
+int h_randint(int lo, int hi)
+{
+    return lo + (int)(next() % (unsigned long long)(hi - lo + 1));
+}
+
+void h_fill(float *x, size_t n, double lo, double hi)
+{
+    for (size_t i = 0; i < n; i++)
+        x[i] = (float)h_uniform(lo, hi);
+}
+
+int h_setup(void **st)
+{
+    (void)st;
+    const char *s = getenv("CLATTN_TEST_SEED");
+    seed_base = s ? strtoull(s, NULL, 0) : 12345;
+    h_reseed(0);
+    clattn_status rc = clattn_context_create(&h_ctx, NULL);
+    if (rc != CLATTN_SUCCESS) {
+        const char *ci = getenv("CI");
+        fprintf(stderr, "no usable OpenCL device: %s\n", clattn_last_error(NULL));
+        if (ci && strcmp(ci, "true") == 0)
+            return -1; /* CI must have a device: fail */
+        fprintf(stderr, "skipping (CI is not true)\n");
+        exit(77); /* meson's skip code */
+    }
+    const char *tune = getenv("CLATTN_TUNE");
+    printf("# device: %s\n# tuning override: %s\n# seed: %llu (set CLATTN_TEST_SEED to change)\n",
+           clattn_context_description(h_ctx), tune && *tune ? tune : "(none)", seed_base);
+    return 0;
+}
+
+int h_teardown(void **st)
+{
+    (void)st;
+    clattn_context_destroy(&h_ctx);
+    return 0;
+}
+
+clattn_tensor h_tensor(clattn_dtype dt, int ndim, const size_t *dims, const void *host)
+{
+    clattn_tensor t;
+    clattn_status rc = clattn_tensor_create(h_ctx, dt, ndim, dims, host, &t);
+    if (rc != CLATTN_SUCCESS)
+        fail_msg("tensor_create: %s", clattn_last_error(h_ctx));
+    return t;
+}
+
+void h_poison(const clattn_tensor *t)
+{
+    assert_int_equal(clattn_tensor_fill(h_ctx, t, NAN), CLATTN_SUCCESS);
+}
+
+void *h_read(const clattn_tensor *t)
+{
+    void *p = malloc(clattn_tensor_numel(t) * 4);
+    assert_non_null(p);
+    clattn_status rc = clattn_tensor_read_blocking(h_ctx, t, p);
+    if (rc != CLATTN_SUCCESS)
+        fail_msg("read: %s", clattn_last_error(h_ctx));
+    return p;
+}
+
+void h_assert_scaled(const float *got, const double *ref, const double *scale, size_t n, double tol,
+                     const char *what)
+{
+    size_t bad = n, worst_i = 0;
+    double worst = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        double err = fabs((double)got[i] - ref[i]);
+        double lim = tol * scale[i];
+        if (!(err <= lim)) { /* NaN lands here */
+            if (bad == n)
+                bad = i;
+        }
+        double rel = lim > 0 ? err / lim : err;
+        if (!(rel <= worst) || isnan(rel)) {
+            worst = rel;
+            worst_i = i;
+        }
+    }
+    if (bad != n)
+        fail_msg("%s: element %zu is %.9g, reference %.9g (allowed %.3g); worst at %zu: %.9g vs "
+                 "%.9g", what, bad, got[bad], ref[bad], tol * scale[bad], worst_i, got[worst_i],
+                 ref[worst_i]);
+}
+
+void h_assert_close(const float *got, const double *ref, size_t n, double rtol, double atol,
+                    const char *what)
+{
+    double *scale = malloc(n * sizeof *scale);
+    assert_non_null(scale);
+    for (size_t i = 0; i < n; i++)
+        scale[i] = atol + rtol * fabs(ref[i]);
+    h_assert_scaled(got, ref, scale, n, 1.0, what);
+    free(scale);
+}
+
+void h_assert_bytes(const clattn_tensor *t, const void *expect, const char *what)
+{
+    void *got = h_read(t);
+    if (memcmp(got, expect, clattn_tensor_numel(t) * 4) != 0) {
+        free(got);
+        fail_msg("%s: output buffer was modified", what);
+    }
+    free(got);
+}
+
+void h_assert_error(clattn_status got, clattn_status want, const char *needle)
+{
+    const char *msg = clattn_last_error(h_ctx);
+    if (got != want)
+        fail_msg("status %d (%s), expected %d (%s); message: %s", got, clattn_status_string(got),
+                 want, clattn_status_string(want), msg);
+    if (needle && !strstr(msg, needle))
+        fail_msg("message \"%s\" does not name \"%s\"", msg, needle);
+}

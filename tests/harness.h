@@ -1,0 +1,44 @@
+/* Shared test helpers: one context per test program, seeded inputs, poisoning, comparisons. */
+#ifndef CLATTN_TEST_HARNESS_H
+#define CLATTN_TEST_HARNESS_H
+#include <clattn.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+extern clattn_context *h_ctx;
+
+/* cmocka group setup/teardown: create h_ctx (CLATTN_DEVICE, CLATTN_TUNE apply) and print the
+ * device, tuning and seed. With CI=true a missing device fails; otherwise it skips. */
+int h_setup(void **state);
+int h_teardown(void **state);
+
+/* The seed (CLATTN_TEST_SEED, default 12345) and a splitmix64 stream over it. */
+unsigned long long h_seed(void);
+void h_reseed(unsigned long long salt);
+double h_uniform(double lo, double hi);
+int h_randint(int lo, int hi); /* inclusive */
+void h_fill(float *x, size_t n, double lo, double hi);
+
+/* Device tensors (released with clattn_tensor_release). host may be NULL. */
+clattn_tensor h_tensor(clattn_dtype dt, int ndim, const size_t *dims, const void *host);
+/* Fills a float tensor with NaN so an unwritten element fails the comparison. */
+void h_poison(const clattn_tensor *t);
+/* Reads a tensor back (finishes the queue) into a malloc'd array. */
+void *h_read(const clattn_tensor *t);
+
+/* Fails the test when |got - ref| > atol + rtol * |ref| anywhere (NaN fails); prints the first
+ * offending index and the worst error. */
+void h_assert_close(const float *got, const double *ref, size_t n, double rtol, double atol,
+                    const char *what);
+/* Same with a per-element scale: |got - ref| <= tol * scale[i]. */
+void h_assert_scaled(const float *got, const double *ref, const double *scale, size_t n, double tol,
+                     const char *what);
+/* Asserts that a buffer's bytes equal `expect` (untouched outputs). */
+void h_assert_bytes(const clattn_tensor *t, const void *expect, const char *what);
+/* Asserts that the last error mentions `needle`. */
+void h_assert_error(clattn_status got, clattn_status want, const char *needle);
+
+#define H_DIMS(...) ((const size_t[]){__VA_ARGS__})
+#endif

@@ -1,0 +1,76 @@
+/* CLATTN_DEVICE matching against made-up device lists: no device needed. */
+#include "internal.h"
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+static const clattn_device_desc mixed[] = {
+    {0, 0, CL_DEVICE_TYPE_CPU, "Portable Computing Language", "The pocl project", "pthread-skylake-avx512", "GenuineIntel"},
+    {1, 0, CL_DEVICE_TYPE_GPU, "NVIDIA CUDA", "NVIDIA Corporation", "NVIDIA H200", "NVIDIA Corporation"},
+    {1, 1, CL_DEVICE_TYPE_GPU, "NVIDIA CUDA", "NVIDIA Corporation", "NVIDIA H100", "NVIDIA Corporation"},
+    {2, 0, CL_DEVICE_TYPE_GPU, "AMD Accelerated Parallel Processing", "Advanced Micro Devices, Inc.", "gfx1100", "Advanced Micro Devices, Inc."},
+    {3, 0, CL_DEVICE_TYPE_ACCELERATOR, "Intel(R) FPGA Emulation Platform", "Intel(R) Corporation", "Intel(R) FPGA Emulation Device", "Intel(R) Corporation"},
+};
+#define N_MIXED ((int)(sizeof mixed / sizeof mixed[0]))
+static const clattn_device_desc cpu_only[] = {
+    {0, 0, CL_DEVICE_TYPE_CPU, "Portable Computing Language", "The pocl project", "cpu-x86", "GenuineIntel"},
+};
+static const clattn_device_desc acc_and_cpu[] = {
+    {0, 0, CL_DEVICE_TYPE_CPU, "Portable Computing Language", "The pocl project", "cpu-x86", "GenuineIntel"},
+    {1, 0, CL_DEVICE_TYPE_ACCELERATOR, "Acc", "Acme", "acc0", "Acme"},
+};
+
+static void test_default_prefers_gpu(void **s)
+{
+    (void)s;
+    assert_int_equal(clattn__match_device(NULL, mixed, N_MIXED), 1);
+    assert_int_equal(clattn__match_device("", mixed, N_MIXED), 1);
+    assert_int_equal(clattn__match_device(NULL, acc_and_cpu, 2), 1);
+    assert_int_equal(clattn__match_device(NULL, cpu_only, 1), 0);
+    assert_int_equal(clattn__match_device(NULL, cpu_only, 0), -1);
+}
+
+static void test_types(void **s)
+{
+    (void)s;
+    assert_int_equal(clattn__match_device("cpu", mixed, N_MIXED), 0);
+    assert_int_equal(clattn__match_device("GPU", mixed, N_MIXED), 1);
+    assert_int_equal(clattn__match_device("accelerator", mixed, N_MIXED), 4);
+    assert_int_equal(clattn__match_device("gpu", cpu_only, 1), -1);
+}
+
+static void test_indices(void **s)
+{
+    (void)s;
+    assert_int_equal(clattn__match_device("0:0", mixed, N_MIXED), 0);
+    assert_int_equal(clattn__match_device("1:1", mixed, N_MIXED), 2);
+    assert_int_equal(clattn__match_device("2:0", mixed, N_MIXED), 3);
+    assert_int_equal(clattn__match_device("2:1", mixed, N_MIXED), -1);
+    assert_int_equal(clattn__match_device("9:0", mixed, N_MIXED), -1);
+}
+
+static void test_substrings(void **s)
+{
+    (void)s;
+    assert_int_equal(clattn__match_device("nvidia", mixed, N_MIXED), 1);
+    assert_int_equal(clattn__match_device("H100", mixed, N_MIXED), 2);
+    assert_int_equal(clattn__match_device("pocl", mixed, N_MIXED), 0); /* platform vendor */
+    assert_int_equal(clattn__match_device("portable", mixed, N_MIXED), 0);
+    assert_int_equal(clattn__match_device("GFX1100", mixed, N_MIXED), 3);
+    assert_int_equal(clattn__match_device("advanced micro", mixed, N_MIXED), 3);
+    assert_int_equal(clattn__match_device("fpga", mixed, N_MIXED), 4);
+    assert_int_equal(clattn__match_device("nosuchdevice", mixed, N_MIXED), -1);
+    /* not P:D forms fall back to substrings */
+    assert_int_equal(clattn__match_device("1:", mixed, N_MIXED), -1);
+    assert_int_equal(clattn__match_device(":0", mixed, N_MIXED), -1);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_default_prefers_gpu), cmocka_unit_test(test_types),
+        cmocka_unit_test(test_indices), cmocka_unit_test(test_substrings),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,174 @@
+/* clattn_matmul and clattn_linear against the double-precision reference. */
+#include "harness.h"
+#include "ref.h"
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+/* Float32 accumulation over K terms errs by about sqrt(K) * 6e-8 times the magnitude sum; the
+ * allowed error is 1e-4 of max(|C|, sum|a b| / sqrt(K)), the size of a typical random dot product,
+ * so a wrong element (off by one term or more) fails while rounding passes. */
+#define MATMUL_TOL 1e-4
+
+typedef struct {
+    int batch, M, N, K;
+    int a_shared, b_shared;
+} mm_case;
+
+static void run_case(const mm_case *c, int ta, int tb, float alpha, float beta)
+{
+    int nb = c->batch, na = c->a_shared ? 1 : nb, nbb = c->b_shared ? 1 : nb;
+    size_t an = (size_t)c->M * c->K, bn = (size_t)c->K * c->N, cn = (size_t)c->M * c->N;
+    float *A = malloc(an * na * 4), *B = malloc(bn * nbb * 4), *C0 = malloc(cn * nb * 4);
+    double *ref = malloc(cn * nb * 8), *mag = malloc(cn * nb * 8);
+    h_fill(A, an * na, -1, 1);
+    h_fill(B, bn * nbb, -1, 1);
+    h_fill(C0, cn * nb, -1, 1);
+    size_t ad[4], bd[4], cdims[4] = {(size_t)nb, (size_t)c->M, (size_t)c->N};
+    int ar = c->a_shared ? 2 : 3, br = c->b_shared ? 2 : 3;
+    size_t ar0 = ta ? c->K : c->M, ac0 = ta ? c->M : c->K, br0 = tb ? c->N : c->K, bc0 = tb ? c->K : c->N;
+    if (ar == 2) { ad[0] = ar0; ad[1] = ac0; } else { ad[0] = nb; ad[1] = ar0; ad[2] = ac0; }
+    if (br == 2) { bd[0] = br0; bd[1] = bc0; } else { bd[0] = nb; bd[1] = br0; bd[2] = bc0; }
+    clattn_tensor tA = h_tensor(CLATTN_FLOAT32, ar, ad, A), tB = h_tensor(CLATTN_FLOAT32, br, bd, B);
+    clattn_tensor tC = h_tensor(CLATTN_FLOAT32, 3, cdims, C0);
+    if (beta == 0.0f)
+        h_poison(&tC);
+    clattn_status rc = clattn_matmul(h_ctx, &tA, ta, &tB, tb, alpha, beta, &tC);
+    if (rc != CLATTN_SUCCESS)
+        fail_msg("matmul: %s", clattn_last_error(h_ctx));
+    float *got = h_read(&tC);
+    ref_matmul(nb, c->M, c->N, c->K, A, c->a_shared ? 0 : an, ta, B, c->b_shared ? 0 : bn, tb, alpha,
+               beta, C0, ref, mag);
+    for (size_t i = 0; i < cn * nb; i++)
+        mag[i] = fmax(fabs(ref[i]), mag[i] / sqrt((double)c->K));
+    char what[160];
+    snprintf(what, sizeof what, "matmul b=%d M=%d N=%d K=%d ta=%d tb=%d alpha=%g beta=%g", nb, c->M,
+             c->N, c->K, ta, tb, alpha, beta);
+    h_assert_scaled(got, ref, mag, cn * nb, MATMUL_TOL, what);
+    free(got);
+    clattn_tensor_release(&tA);
+    clattn_tensor_release(&tB);
+    clattn_tensor_release(&tC);
+    free(A); free(B); free(C0); free(ref); free(mag);
+}
+
+static void run_all_transposes(const mm_case *cases, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        for (int t = 0; t < 4; t++)
+            run_case(&cases[i], t & 1, t >> 1, 1.0f, 0.0f);
+}
+
+#define RUN(...)                                                           \
+    do {                                                                   \
+        const mm_case cs_[] = {__VA_ARGS__};                               \
+        run_all_transposes(cs_, sizeof cs_ / sizeof cs_[0]);               \
+    } while (0)
+
+static void test_one_by_one(void **s) { (void)s; RUN({1, 1, 1, 1, 0, 0}, {3, 1, 1, 1, 0, 0}); }
+static void test_primes(void **s) { (void)s; RUN({2, 7, 13, 31, 0, 0}, {3, 97, 5, 59, 0, 0}, {1, 13, 97, 7, 0, 0}); }
+/* Around the CPU register tile (12 x 32) and the GPU tile (16). */
+static void test_tile_edges(void **s)
+{
+    (void)s;
+    RUN({1, 11, 31, 15, 0, 0}, {1, 12, 32, 16, 0, 0}, {1, 13, 33, 17, 0, 0}, {2, 24, 64, 1, 0, 0},
+        {1, 25, 65, 33, 0, 0});
+}
+static void test_large_batch(void **s) { (void)s; RUN({67, 5, 9, 11, 0, 0}); }
+static void test_shared_operands(void **s)
+{
+    (void)s;
+    RUN({5, 17, 19, 23, 1, 0}, {5, 17, 19, 23, 0, 1}, {4, 3, 40, 8, 1, 1});
+}
+static void test_larger(void **s) { (void)s; RUN({1, 130, 150, 257, 0, 0}); }
+
+static void test_alpha_beta(void **s)
+{
+    (void)s;
+    mm_case c = {2, 19, 35, 21, 0, 0};
+    run_case(&c, 0, 1, 0.125f, 0.0f);
+    run_case(&c, 1, 0, -2.0f, 0.5f);
+    run_case(&c, 0, 0, 1.0f, 1.0f);
+}
+
+static void linear_case(int lead0, int lead1, int in, int out, int with_bias)
+{
+    size_t rows = (size_t)lead0 * lead1;
+    float *x = malloc(rows * in * 4), *W = malloc((size_t)out * in * 4), *b = malloc(out * 4);
+    double *ref = malloc(rows * out * 8), *mag = malloc(rows * out * 8);
+    h_fill(x, rows * in, -1, 1);
+    h_fill(W, (size_t)out * in, -1, 1);
+    h_fill(b, out, -1, 1);
+    clattn_tensor tx = h_tensor(CLATTN_FLOAT32, 3, H_DIMS(lead0, lead1, in), x);
+    clattn_tensor tW = h_tensor(CLATTN_FLOAT32, 2, H_DIMS(out, in), W);
+    clattn_tensor tb = h_tensor(CLATTN_FLOAT32, 1, H_DIMS(out), b);
+    clattn_tensor ty = h_tensor(CLATTN_FLOAT32, 3, H_DIMS(lead0, lead1, out), NULL);
+    h_poison(&ty);
+    if (clattn_linear(h_ctx, &tx, &tW, with_bias ? &tb : NULL, &ty) != CLATTN_SUCCESS)
+        fail_msg("linear: %s", clattn_last_error(h_ctx));
+    float *got = h_read(&ty);
+    ref_matmul(1, (int)rows, out, in, x, 0, 0, W, 0, 1, 1.0, 0.0, NULL, ref, mag);
+    for (size_t i = 0; i < rows * out; i++) {
+        double bias = with_bias ? b[i % out] : 0.0;
+        ref[i] += bias;
+        mag[i] = fmax(fabs(ref[i]), mag[i] / sqrt((double)in) + fabs(bias));
+    }
+    h_assert_scaled(got, ref, mag, rows * out, MATMUL_TOL, with_bias ? "linear+bias" : "linear");
+    free(got);
+    clattn_tensor_release(&tx);
+    clattn_tensor_release(&tW);
+    clattn_tensor_release(&tb);
+    clattn_tensor_release(&ty);
+    free(x); free(W); free(b); free(ref); free(mag);
+}
+
+static void test_linear(void **s)
+{
+    (void)s;
+    linear_case(2, 3, 20, 8, 0);
+    linear_case(2, 3, 20, 8, 1);
+    linear_case(1, 1, 1, 1, 1);
+    linear_case(3, 37, 59, 100, 1);
+}
+
+/* A view with an element offset inside a larger buffer, and an output next to live data. */
+static void test_offsets(void **s)
+{
+    (void)s;
+    int M = 9, N = 10, K = 11, pad = 5;
+    size_t total = pad + (size_t)M * K + (size_t)K * N + (size_t)M * N + pad;
+    float *all = malloc(total * 4);
+    double *ref = malloc((size_t)M * N * 8), *mag = malloc((size_t)M * N * 8);
+    h_fill(all, total, -1, 1);
+    clattn_tensor buf = h_tensor(CLATTN_FLOAT32, 1, H_DIMS(total), all);
+    size_t ao = pad, bo = ao + (size_t)M * K, co = bo + (size_t)K * N;
+    clattn_tensor A = clattn_view(buf.buf, CLATTN_FLOAT32, ao, 2, H_DIMS(M, K));
+    clattn_tensor B = clattn_view(buf.buf, CLATTN_FLOAT32, bo, 2, H_DIMS(K, N));
+    clattn_tensor C = clattn_view(buf.buf, CLATTN_FLOAT32, co, 2, H_DIMS(M, N));
+    if (clattn_matmul(h_ctx, &A, 0, &B, 0, 1.0f, 0.0f, &C) != CLATTN_SUCCESS)
+        fail_msg("matmul: %s", clattn_last_error(h_ctx));
+    float *got = h_read(&buf);
+    ref_matmul(1, M, N, K, all + ao, 0, 0, all + bo, 0, 0, 1, 0, NULL, ref, mag);
+    for (int i = 0; i < M * N; i++)
+        mag[i] = fmax(fabs(ref[i]), mag[i] / sqrt((double)K));
+    h_assert_scaled(got + co, ref, mag, (size_t)M * N, MATMUL_TOL, "offset views");
+    for (size_t i = 0; i < co; i++)
+        assert_true(got[i] == all[i]);
+    for (size_t i = co + (size_t)M * N; i < total; i++)
+        assert_true(got[i] == all[i]);
+    free(got);
+    clattn_tensor_release(&buf);
+    free(all); free(ref); free(mag);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_one_by_one),   cmocka_unit_test(test_primes),
+        cmocka_unit_test(test_tile_edges),   cmocka_unit_test(test_large_batch),
+        cmocka_unit_test(test_shared_operands), cmocka_unit_test(test_larger),
+        cmocka_unit_test(test_alpha_beta),   cmocka_unit_test(test_linear),
+        cmocka_unit_test(test_offsets),
+    };
+    return cmocka_run_group_tests(tests, h_setup, h_teardown);
+}

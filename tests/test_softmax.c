@@ -1,0 +1,237 @@
+/* clattn_masked_softmax against the double-precision reference, every mask kind. */
+#include "harness.h"
+#include "ref.h"
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Float32 exp is within 3 ulp (OpenCL spec) and the row sum adds about sqrt(K) ulp of relative
+ * error: 1e-5 relative is 30x that margin at K = 1000, while one wrongly masked key moves an
+ * element by far more. The tiny absolute part covers results that underflow toward 0. */
+#define SM_RTOL 1e-5
+#define SM_ATOL 1e-9
+
+enum { LENS_NONE, LENS_1D, LENS_2D };
+typedef struct {
+    int rank;
+    size_t dims[4];
+    int lens;            /* LENS_* */
+    int lens_on_device;  /* 1: a device tensor instead of the host array */
+    int mask_rank;       /* 0 = no mask tensor */
+    size_t mask_dims[4];
+    int causal;
+    float fill;          /* 0 = default */
+    double scale;        /* logits uniform in [-scale, scale] */
+    int inplace;
+    const int *fixed_lens; /* NULL = random lengths in [0, K] */
+} sm_case;
+
+static void check_rows_sum_to_one(const float *y, size_t rows, size_t K)
+{
+    for (size_t r = 0; r < rows; r++) {
+        double s = 0;
+        for (size_t k = 0; k < K; k++)
+            s += y[r * K + k];
+        if (!(fabs(s - 1.0) <= 1e-5 * sqrt((double)K) + 1e-6))
+            fail_msg("row %zu sums to %.9g", r, s);
+    }
+}
+
+static void run(const sm_case *c)
+{
+    size_t d4[4] = {1, 1, 1, 1};
+    static const int slot[5][4] = {{0}, {3}, {2, 3}, {0, 2, 3}, {0, 1, 2, 3}};
+    for (int i = 0; i < c->rank; i++)
+        d4[slot[c->rank][i]] = c->dims[i];
+    size_t n = d4[0] * d4[1] * d4[2] * d4[3], K = d4[3], Q = d4[2], D0 = d4[0];
+    float *x = malloc(n * 4);
+    double *ref = malloc(n * 8);
+    h_fill(x, n, -c->scale, c->scale);
+    ref_mask rm = {(int)d4[0], (int)d4[1], (int)Q, (int)K, NULL, 0, NULL, {0, 0, 0, 0}, c->causal,
+                   c->fill != 0 ? c->fill : CLATTN_DEFAULT_FILL};
+    clattn_mask m;
+    memset(&m, 0, sizeof m);
+    m.causal = c->causal;
+    m.fill = c->fill;
+    int *lens = NULL, *mask = NULL;
+    clattn_tensor tl = {0}, tm = {0};
+    size_t nl = c->lens == LENS_1D ? D0 : D0 * Q;
+    if (c->lens != LENS_NONE) {
+        lens = malloc(nl * sizeof *lens);
+        for (size_t i = 0; i < nl; i++)
+            lens[i] = c->fixed_lens ? c->fixed_lens[i] : h_randint(0, (int)K);
+        rm.lens = lens;
+        rm.lens_mode = c->lens;
+        if (c->lens_on_device) {
+            tl = h_tensor(CLATTN_INT32, c->lens, H_DIMS(D0, Q), lens);
+            m.valid_lens = &tl;
+        } else {
+            m.valid_lens_host = lens;
+            m.lens_ndim = c->lens;
+            m.lens_dims[0] = D0;
+            m.lens_dims[1] = Q;
+        }
+    }
+    if (c->mask_rank) {
+        size_t mn = 1, stride = 1;
+        for (int i = 0; i < c->mask_rank; i++)
+            mn *= c->mask_dims[i];
+        mask = malloc(mn * sizeof *mask);
+        for (size_t i = 0; i < mn; i++)
+            mask[i] = h_uniform(0, 1) < 0.7;
+        for (int i = c->mask_rank - 1; i >= 0; i--) {
+            int axis = c->rank - c->mask_rank + i;
+            rm.ms[slot[c->rank][axis]] = c->mask_dims[i] == 1 ? 0 : (long)stride;
+            stride *= c->mask_dims[i];
+        }
+        rm.mask = mask;
+        tm = h_tensor(CLATTN_INT32, c->mask_rank, c->mask_dims, mask);
+        m.mask = &tm;
+    }
+    clattn_tensor tx = h_tensor(CLATTN_FLOAT32, c->rank, c->dims, x);
+    clattn_tensor ty = c->inplace ? tx : h_tensor(CLATTN_FLOAT32, c->rank, c->dims, NULL);
+    if (!c->inplace)
+        h_poison(&ty);
+    if (clattn_masked_softmax(h_ctx, &tx, &m, &ty) != CLATTN_SUCCESS)
+        fail_msg("masked_softmax: %s", clattn_last_error(h_ctx));
+    float *got = h_read(&ty);
+    ref_masked_softmax(&rm, x, ref);
+    char what[160];
+    snprintf(what, sizeof what, "softmax rank %d (%zu,%zu,%zu,%zu) lens %d%s mask rank %d causal %d",
+             c->rank, d4[0], d4[1], Q, K, c->lens, c->lens_on_device ? " (device)" : "",
+             c->mask_rank, c->causal);
+    h_assert_close(got, ref, n, SM_RTOL, SM_ATOL, what);
+    check_rows_sum_to_one(got, n / K, K);
+    free(got);
+    if (!c->inplace)
+        clattn_tensor_release(&ty);
+    clattn_tensor_release(&tx);
+    clattn_tensor_release(&tl);
+    clattn_tensor_release(&tm);
+    free(x); free(ref); free(lens); free(mask);
+}
+
+#define CASES(...)                                                    \
+    do {                                                              \
+        const sm_case cs_[] = {__VA_ARGS__};                          \
+        for (size_t i_ = 0; i_ < sizeof cs_ / sizeof cs_[0]; i_++)    \
+            run(&cs_[i_]);                                            \
+    } while (0)
+
+static void test_no_mask_shapes(void **s)
+{
+    (void)s;
+    CASES({.rank = 3, .dims = {1, 1, 1}, .scale = 3}, {.rank = 1, .dims = {13}, .scale = 3},
+          {.rank = 2, .dims = {5, 7}, .scale = 3}, {.rank = 3, .dims = {2, 3, 8}, .scale = 3},
+          {.rank = 3, .dims = {2, 3, 9}, .scale = 3}, {.rank = 3, .dims = {3, 5, 15}, .scale = 3},
+          {.rank = 3, .dims = {3, 5, 16}, .scale = 3}, {.rank = 3, .dims = {3, 5, 17}, .scale = 3},
+          {.rank = 4, .dims = {2, 3, 4, 127}, .scale = 3}, {.rank = 3, .dims = {2, 3, 1000}, .scale = 3});
+}
+
+static void test_lens_1d(void **s)
+{
+    (void)s;
+    static const int l0[] = {0, 1, 4, 3};
+    CASES({.rank = 3, .dims = {4, 3, 4}, .lens = LENS_1D, .fixed_lens = l0, .scale = 2},
+          {.rank = 3, .dims = {6, 5, 97}, .lens = LENS_1D, .scale = 2},
+          {.rank = 4, .dims = {3, 2, 5, 33}, .lens = LENS_1D, .scale = 2});
+}
+
+static void test_lens_2d(void **s)
+{
+    (void)s;
+    static const int l[] = {1, 3, 2, 4};
+    CASES({.rank = 3, .dims = {2, 2, 4}, .lens = LENS_2D, .fixed_lens = l, .scale = 2},
+          {.rank = 3, .dims = {3, 7, 31}, .lens = LENS_2D, .scale = 2},
+          {.rank = 4, .dims = {2, 3, 5, 17}, .lens = LENS_2D, .scale = 2});
+}
+
+/* valid_len 0 gives uniform weights 1/K (d2l), valid_len K masks nothing. */
+static void test_lens_zero_and_full(void **s)
+{
+    (void)s;
+    static const int l[] = {0, 9, 0};
+    CASES({.rank = 3, .dims = {3, 2, 9}, .lens = LENS_1D, .fixed_lens = l, .scale = 2},
+          {.rank = 3, .dims = {3, 2, 9}, .lens = LENS_1D, .fixed_lens = l, .scale = 2, .fill = -1e9f});
+}
+
+static void test_device_lens(void **s)
+{
+    (void)s;
+    CASES({.rank = 3, .dims = {4, 3, 21}, .lens = LENS_1D, .lens_on_device = 1, .scale = 2},
+          {.rank = 3, .dims = {4, 3, 21}, .lens = LENS_2D, .lens_on_device = 1, .scale = 2});
+}
+
+static void test_causal(void **s)
+{
+    (void)s;
+    CASES({.rank = 3, .dims = {2, 9, 9}, .causal = 1, .scale = 2},
+          {.rank = 3, .dims = {2, 5, 11}, .causal = 1, .scale = 2},
+          {.rank = 3, .dims = {2, 11, 5}, .causal = 1, .scale = 2},
+          {.rank = 3, .dims = {3, 8, 40}, .causal = 1, .lens = LENS_1D, .scale = 2},
+          {.rank = 4, .dims = {2, 2, 6, 6}, .causal = 1, .lens = LENS_2D, .scale = 2});
+}
+
+static void test_mask_broadcasts(void **s)
+{
+    (void)s;
+    CASES({.rank = 3, .dims = {2, 5, 19}, .mask_rank = 3, .mask_dims = {2, 5, 19}, .scale = 2},
+          {.rank = 3, .dims = {2, 5, 19}, .mask_rank = 3, .mask_dims = {2, 1, 19}, .scale = 2},
+          {.rank = 3, .dims = {2, 5, 19}, .mask_rank = 2, .mask_dims = {5, 19}, .scale = 2},
+          {.rank = 3, .dims = {2, 5, 19}, .mask_rank = 1, .mask_dims = {19}, .scale = 2},
+          {.rank = 3, .dims = {2, 5, 19}, .mask_rank = 3, .mask_dims = {2, 5, 1}, .scale = 2},
+          {.rank = 4, .dims = {2, 3, 4, 24}, .mask_rank = 4, .mask_dims = {2, 1, 1, 24}, .scale = 2},
+          {.rank = 4, .dims = {2, 3, 4, 24}, .mask_rank = 4, .mask_dims = {1, 3, 4, 1}, .scale = 2},
+          {.rank = 4, .dims = {2, 3, 4, 9}, .mask_rank = 2, .mask_dims = {4, 9}, .causal = 1,
+           .lens = LENS_1D, .scale = 2});
+}
+
+/* Every key blocked: uniform weights, as masked_fill + softmax gives. */
+static void test_fully_blocked_row(void **s)
+{
+    (void)s;
+    int zeros[12] = {0};
+    clattn_tensor tm = h_tensor(CLATTN_INT32, 2, H_DIMS(1, 12), zeros);
+    float x[3 * 12];
+    h_fill(x, 36, -5, 5);
+    clattn_tensor tx = h_tensor(CLATTN_FLOAT32, 2, H_DIMS(3, 12), x);
+    clattn_tensor ty = h_tensor(CLATTN_FLOAT32, 2, H_DIMS(3, 12), NULL);
+    h_poison(&ty);
+    clattn_mask m = {0};
+    m.mask = &tm;
+    assert_int_equal(clattn_masked_softmax(h_ctx, &tx, &m, &ty), CLATTN_SUCCESS);
+    float *y = h_read(&ty);
+    for (int i = 0; i < 36; i++)
+        assert_true(fabs(y[i] - 1.0 / 12) < 1e-7);
+    free(y);
+    clattn_tensor_release(&tm);
+    clattn_tensor_release(&tx);
+    clattn_tensor_release(&ty);
+}
+
+static void test_large_logits(void **s)
+{
+    (void)s;
+    CASES({.rank = 3, .dims = {2, 4, 50}, .scale = 1e3}, {.rank = 3, .dims = {2, 4, 50}, .scale = 1e4},
+          {.rank = 3, .dims = {2, 4, 50}, .scale = 1e4, .lens = LENS_2D},
+          {.rank = 3, .dims = {2, 4, 50}, .scale = 1e4, .causal = 1, .fill = -1e9f});
+}
+
+static void test_inplace(void **s)
+{
+    (void)s;
+    CASES({.rank = 3, .dims = {3, 4, 37}, .scale = 2, .lens = LENS_1D, .inplace = 1});
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_no_mask_shapes), cmocka_unit_test(test_lens_1d),
+        cmocka_unit_test(test_lens_2d),        cmocka_unit_test(test_lens_zero_and_full),
+        cmocka_unit_test(test_device_lens),    cmocka_unit_test(test_causal),
+        cmocka_unit_test(test_mask_broadcasts), cmocka_unit_test(test_fully_blocked_row),
+        cmocka_unit_test(test_large_logits),   cmocka_unit_test(test_inplace),
+    };
+    return cmocka_run_group_tests(tests, h_setup, h_teardown);
+}
