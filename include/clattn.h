@@ -176,6 +176,81 @@ CLATTN_API clattn_status clattn_linear(clattn_context *ctx, const clattn_tensor 
 CLATTN_API clattn_status clattn_masked_softmax(clattn_context *ctx, const clattn_tensor *scores,
                                                const clattn_mask *mask, const clattn_tensor *out);
 
+/* ---- attention building blocks ---- */
+/* (B, T, H*dh) -> (B*H, T, dh), batch-major and head-minor, as d2l's transpose_qkv. out is given
+ * as (B*H, T, dh) or (B, H, T, dh). */
+CLATTN_API clattn_status clattn_transpose_qkv(clattn_context *ctx, const clattn_tensor *x,
+                                              int num_heads, const clattn_tensor *out);
+/* The inverse: (B*H, T, dh) or (B, H, T, dh) -> (B, T, H*dh). */
+CLATTN_API clattn_status clattn_transpose_output(clattn_context *ctx, const clattn_tensor *x,
+                                                 int num_heads, const clattn_tensor *out);
+/* y = x * keep / (1 - p) with keep drawn from Philox4x32-10 keyed by (seed, offset, element index);
+ * p = 0 or training = 0 copies (an exact no-op in place); p = 1 writes zeros. y may alias x. */
+CLATTN_API clattn_status clattn_dropout(clattn_context *ctx, const clattn_tensor *x,
+                                        const clattn_dropout_params *p, const clattn_tensor *y);
+/* scores[b, i, j] = sum_h w_v[h] tanh(qp[b, i, h] + kp[b, j, h]) for projected queries qp (B, Q, h)
+ * and keys kp (B, K, h); w_v is (1, h) or (h). Never builds the (B, Q, K, h) features. */
+CLATTN_API clattn_status clattn_additive_scores(clattn_context *ctx, const clattn_tensor *qp,
+                                                const clattn_tensor *kp, const clattn_tensor *w_v,
+                                                const clattn_tensor *scores);
+
+/* ---- attention modules ---- */
+/* What every attention module takes besides its tensors. A zero-initialised struct means: no mask,
+ * no dropout, default scale. */
+typedef struct {
+    clattn_mask mask;              /* scores are (..., Q, K); for multi-head (B, H, Q, K) */
+    clattn_dropout_params dropout; /* on the attention weights (the weights returned are before it) */
+    float scale;                   /* dot-product only: 0 = 1/sqrt(d) */
+} clattn_attention_opts;
+
+/* out = dropout(masked_softmax(Q K^T * scale)) V for Q (.., Q, d), K (.., K, d), V (.., K, dv),
+ * out (.., Q, dv), the same 0-2 leading batch dims on all. weights (.., Q, K) or NULL; when NULL
+ * the fused kernel may run, which never materialises the scores. opts may be NULL. */
+CLATTN_API clattn_status clattn_dot_product_attention(clattn_context *ctx, const clattn_tensor *Q,
+                                                      const clattn_tensor *K,
+                                                      const clattn_tensor *V,
+                                                      const clattn_attention_opts *opts,
+                                                      const clattn_tensor *out,
+                                                      const clattn_tensor *weights);
+
+/* d2l's AdditiveAttention weights, PyTorch layout: W_q (h, q_size), W_k (h, k_size), w_v (1, h). */
+typedef struct {
+    const clattn_tensor *W_q, *W_k, *w_v;
+} clattn_additive_weights;
+
+/* queries (B, Q, q_size), keys (B, K, k_size), values (B, K, v) -> out (B, Q, v); weights (B, Q, K)
+ * or NULL. Masks: valid_lens (B) or (B, Q), a mask tensor, causal. */
+CLATTN_API clattn_status clattn_additive_attention(clattn_context *ctx,
+                                                   const clattn_tensor *queries,
+                                                   const clattn_tensor *keys,
+                                                   const clattn_tensor *values,
+                                                   const clattn_additive_weights *w,
+                                                   const clattn_attention_opts *opts,
+                                                   const clattn_tensor *out,
+                                                   const clattn_tensor *weights);
+
+/* d2l's MultiHeadAttention, PyTorch layout: W_q (hidden, q_size), W_k (hidden, k_size), W_v
+ * (hidden, v_size), W_o (out_size, hidden); biases (hidden) / (out_size) or NULL (d2l: bias=False).
+ * num_heads divides hidden. */
+typedef struct {
+    int num_heads;
+    const clattn_tensor *W_q, *W_k, *W_v, *W_o;
+    const clattn_tensor *b_q, *b_k, *b_v, *b_o;
+} clattn_mha_weights;
+
+/* queries (B, Q, q_size), keys (B, K, k_size), values (B, K, v_size) -> out (B, Q, out_size);
+ * weights (B, H, Q, K) per head or NULL. valid_lens (B) or (B, Q) repeat over the heads; a mask
+ * tensor broadcasts to (B, H, Q, K). One chain of enqueued kernels, intermediates in the context's
+ * scratch arena, no host sync. */
+CLATTN_API clattn_status clattn_multihead_attention(clattn_context *ctx,
+                                                    const clattn_tensor *queries,
+                                                    const clattn_tensor *keys,
+                                                    const clattn_tensor *values,
+                                                    const clattn_mha_weights *w,
+                                                    const clattn_attention_opts *opts,
+                                                    const clattn_tensor *out,
+                                                    const clattn_tensor *weights);
+
 #ifdef __cplusplus
 }
 #endif

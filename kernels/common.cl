@@ -38,4 +38,28 @@ inline float clattn_masked(float x, int k, int limit, __global const int *mrow, 
     return ok ? x : fill;
 }
 
+/* Philox4x32-10 (Salmon et al., SC'11): a counter-based generator, so dropout masks are a pure
+ * function of (seed, offset, element index) on every device and in the host reference. */
+inline uint4 clattn_philox(uint4 c, uint2 k)
+{
+    for (int r = 0; r < 10; r++) {
+        uint lo0 = 0xD2511F53u * c.x, hi0 = mul_hi(0xD2511F53u, c.x);
+        uint lo1 = 0xCD9E8D57u * c.z, hi1 = mul_hi(0xCD9E8D57u, c.z);
+        c = (uint4)(hi1 ^ c.y ^ k.x, lo1, hi0 ^ c.w ^ k.y, lo0);
+        k += (uint2)(0x9E3779B9u, 0xBB67AE85u);
+    }
+    return c;
+}
+
+/* Element e of a dropout stream is kept when the top 24 bits of word e % 4 of
+ * philox((e / 4, offset), seed) are >= threshold = round(p * 2^24). */
+inline int clattn_dropout_keep(ulong e, uint2 seed, uint2 offset, uint threshold)
+{
+    ulong blk = e >> 2;
+    uint4 r = clattn_philox((uint4)((uint)blk, (uint)(blk >> 32), offset.x, offset.y), seed);
+    uint w = e & 3;
+    uint u = w == 0 ? r.x : w == 1 ? r.y : w == 2 ? r.z : r.w;
+    return (u >> 8) >= threshold;
+}
+
 #endif

@@ -10,9 +10,9 @@
 #define CLATTN_MAX_PROGRAMS 32
 #define CLATTN_MAX_KERNELS 64
 
-/* Scratch slots: each op layer owns one, so a module's intermediates never collide with the
- * packing buffers of the matmuls it calls. */
-enum { CLATTN_SCRATCH_MODULE = 0, CLATTN_SCRATCH_OP, CLATTN_SCRATCH_COUNT };
+/* Scratch slots: each op layer owns one, so a module's intermediates (projections, heads) never
+ * collide with the scores of the attention it calls or the packing buffers of its matmuls. */
+enum { CLATTN_SCRATCH_MODULE = 0, CLATTN_SCRATCH_ATTN, CLATTN_SCRATCH_OP, CLATTN_SCRATCH_COUNT };
 
 typedef struct {
     char key[640]; /* "file.cl|options" */
@@ -94,6 +94,8 @@ clattn_status clattn__check_tensor(clattn_context *ctx, const clattn_tensor *t, 
 const char *clattn__shape_str(const clattn_tensor *t, char *buf, size_t size);
 size_t clattn__batch_count(const clattn_tensor *t, int inner_dims);
 int clattn__same_view(const clattn_tensor *a, const clattn_tensor *b);
+/* 1 when two views share a buffer and their element ranges intersect. */
+int clattn__overlaps(const clattn_tensor *a, const clattn_tensor *b);
 
 /* ---- programs and launches (program.c) ---- */
 /* Returns the kernel `name` of `file` built with the tuning defines `defines` ("-D A=1 ..."). */

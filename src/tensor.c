@@ -52,6 +52,12 @@ int clattn__same_view(const clattn_tensor *a, const clattn_tensor *b)
     return a->buf == b->buf && a->offset == b->offset;
 }
 
+int clattn__overlaps(const clattn_tensor *a, const clattn_tensor *b)
+{
+    return a->buf == b->buf && a->offset < b->offset + clattn_tensor_numel(b) &&
+           b->offset < a->offset + clattn_tensor_numel(a);
+}
+
 /* Kernels index with 32-bit ints (fast on GPUs); views must stay below this many elements. */
 #define MAX_ELEMENTS ((size_t)INT_MAX)
 

@@ -1,0 +1,155 @@
+/* clattn_additive_scores and clattn_additive_attention (d2l's AdditiveAttention). */
+#include "attention.h"
+#include <stdio.h>
+#include <string.h>
+
+static clattn_status enqueue_scores(clattn_context *ctx, const clattn_tensor *qp,
+                                    const clattn_tensor *kp, const clattn_tensor *wv,
+                                    const clattn_tensor *s)
+{
+    clattn_status st = CLATTN_SUCCESS;
+    cl_kernel k;
+    int B = (int)qp->dims[0], Q = (int)qp->dims[1], K = (int)kp->dims[1], H = (int)qp->dims[2];
+    int qo = (int)qp->offset, ko = (int)kp->offset, wo = (int)wv->offset, so = (int)s->offset;
+    CHECK_ST(clattn__get_kernel(ctx, "additive.cl", "", "additive_scores", &k));
+    CHECK_ST(clattn__set_args(ctx, k, "additive_scores", ARG(qp->buf), ARG(qo), ARG(kp->buf),
+                              ARG(ko), ARG(wv->buf), ARG(wo), ARG(s->buf), ARG(so), ARG(Q), ARG(K),
+                              ARG(H), ARGS_END));
+    size_t gws[3] = {(size_t)K, (size_t)Q, (size_t)B};
+    CHECK_ST(clattn__launch(ctx, k, 3, gws, NULL, "additive_scores"));
+fail:
+    return st;
+}
+
+static clattn_status check_wv(clattn_context *ctx, const clattn_tensor *wv, size_t h,
+                              const char *name)
+{
+    clattn_status st = CLATTN_SUCCESS;
+    char s1[96];
+    CHECK_ST(clattn__check_tensor(ctx, wv, name, CLATTN_FLOAT32, 1, 2));
+    CHECK(ctx, clattn_tensor_numel(wv) == h && (wv->ndim == 1 || wv->dims[0] == 1),
+          CLATTN_ERROR_SHAPE_MISMATCH, "%s: shape %s, expected (1, %zu) or (%zu)", name,
+          clattn__shape_str(wv, s1, sizeof s1), h, h);
+fail:
+    return st;
+}
+
+clattn_status clattn_additive_scores(clattn_context *ctx, const clattn_tensor *qp,
+                                     const clattn_tensor *kp, const clattn_tensor *w_v,
+                                     const clattn_tensor *scores)
+{
+    clattn_status st = CLATTN_SUCCESS;
+    char s1[96], s2[96];
+    CHECK(NULL, ctx, CLATTN_ERROR_INVALID_ARGUMENT, "ctx: NULL context");
+    CHECK_ST(clattn__check_tensor(ctx, qp, "qp", CLATTN_FLOAT32, 3, 3));
+    CHECK_ST(clattn__check_tensor(ctx, kp, "kp", CLATTN_FLOAT32, 3, 3));
+    CHECK_ST(clattn__check_tensor(ctx, scores, "scores", CLATTN_FLOAT32, 3, 3));
+    CHECK(ctx, kp->dims[0] == qp->dims[0] && kp->dims[2] == qp->dims[2],
+          CLATTN_ERROR_SHAPE_MISMATCH, "kp: shape %s, expected (%zu, K, %zu) to match qp %s",
+          clattn__shape_str(kp, s1, sizeof s1), qp->dims[0], qp->dims[2],
+          clattn__shape_str(qp, s2, sizeof s2));
+    CHECK_ST(check_wv(ctx, w_v, qp->dims[2], "w_v"));
+    CHECK(ctx, scores->dims[0] == qp->dims[0] && scores->dims[1] == qp->dims[1] &&
+                   scores->dims[2] == kp->dims[1],
+          CLATTN_ERROR_SHAPE_MISMATCH, "scores: shape %s, expected (%zu, %zu, %zu)",
+          clattn__shape_str(scores, s1, sizeof s1), qp->dims[0], qp->dims[1], kp->dims[1]);
+    const clattn_tensor *outs[1] = {scores}, *ins[3] = {qp, kp, w_v};
+    const char *names[1] = {"scores"};
+    CHECK_ST(clattn__check_no_overlap(ctx, outs, names, 1, ins, 3));
+    CHECK_ST(enqueue_scores(ctx, qp, kp, w_v, scores));
+fail:
+    return st;
+}
+
+/* W (h, in) must match x's last dim; returns h through *h (the first call sets it). */
+static clattn_status check_proj(clattn_context *ctx, const clattn_tensor *W, const char *name,
+                                const clattn_tensor *x, const char *xname, size_t *h)
+{
+    clattn_status st = CLATTN_SUCCESS;
+    char s1[96], s2[96];
+    CHECK_ST(clattn__check_tensor(ctx, W, name, CLATTN_FLOAT32, 2, 2));
+    CHECK(ctx, W->dims[1] == x->dims[x->ndim - 1] && (*h == 0 || W->dims[0] == *h),
+          CLATTN_ERROR_SHAPE_MISMATCH, "%s: shape %s does not fit %s %s%s", name,
+          clattn__shape_str(W, s1, sizeof s1), xname, clattn__shape_str(x, s2, sizeof s2),
+          *h ? " or the hidden size of W_q" : "");
+    *h = W->dims[0];
+fail:
+    return st;
+}
+
+static clattn_status check_additive(clattn_context *ctx, const clattn_tensor *q,
+                                    const clattn_tensor *k, const clattn_tensor *v,
+                                    const clattn_additive_weights *w, const clattn_tensor *out,
+                                    const clattn_tensor *weights, size_t *h)
+{
+    clattn_status st = CLATTN_SUCCESS;
+    char s1[96];
+    CHECK_ST(clattn__check_tensor(ctx, q, "queries", CLATTN_FLOAT32, 3, 3));
+    CHECK_ST(clattn__check_tensor(ctx, k, "keys", CLATTN_FLOAT32, 3, 3));
+    CHECK_ST(clattn__check_tensor(ctx, v, "values", CLATTN_FLOAT32, 3, 3));
+    CHECK_ST(clattn__check_tensor(ctx, out, "out", CLATTN_FLOAT32, 3, 3));
+    size_t B = q->dims[0], nq = q->dims[1], nk = k->dims[1];
+    CHECK(ctx, k->dims[0] == B && v->dims[0] == B, CLATTN_ERROR_SHAPE_MISMATCH,
+          "keys/values: batch %zu/%zu differs from the queries' %zu", k->dims[0], v->dims[0], B);
+    CHECK(ctx, v->dims[1] == nk, CLATTN_ERROR_SHAPE_MISMATCH,
+          "values: %zu rows, expected the keys' %zu", v->dims[1], nk);
+    CHECK(ctx, out->dims[0] == B && out->dims[1] == nq && out->dims[2] == v->dims[2],
+          CLATTN_ERROR_SHAPE_MISMATCH, "out: shape %s, expected (%zu, %zu, %zu)",
+          clattn__shape_str(out, s1, sizeof s1), B, nq, v->dims[2]);
+    if (weights) {
+        CHECK_ST(clattn__check_tensor(ctx, weights, "weights", CLATTN_FLOAT32, 3, 3));
+        CHECK(ctx, weights->dims[0] == B && weights->dims[1] == nq && weights->dims[2] == nk,
+              CLATTN_ERROR_SHAPE_MISMATCH, "weights: shape %s, expected (%zu, %zu, %zu)",
+              clattn__shape_str(weights, s1, sizeof s1), B, nq, nk);
+    }
+    CHECK(ctx, w, CLATTN_ERROR_INVALID_ARGUMENT, "w: NULL weights");
+    *h = 0;
+    CHECK_ST(check_proj(ctx, w->W_q, "w.W_q", q, "queries", h));
+    CHECK_ST(check_proj(ctx, w->W_k, "w.W_k", k, "keys", h));
+    CHECK_ST(check_wv(ctx, w->w_v, *h, "w.w_v"));
+    const clattn_tensor *outs[2] = {out, weights}, *ins[6] = {q, k, v, w->W_q, w->W_k, w->w_v};
+    const char *names[2] = {"out", "weights"};
+    CHECK_ST(clattn__check_no_overlap(ctx, outs, names, 2, ins, 6));
+fail:
+    return st;
+}
+
+clattn_status clattn_additive_attention(clattn_context *ctx, const clattn_tensor *queries,
+                                        const clattn_tensor *keys, const clattn_tensor *values,
+                                        const clattn_additive_weights *w,
+                                        const clattn_attention_opts *opts,
+                                        const clattn_tensor *out, const clattn_tensor *weights)
+{
+    clattn_status st = CLATTN_SUCCESS;
+    clattn_mask_args m = {0};
+    clattn_tuning tune;
+    cl_mem buf;
+    size_t h;
+    CHECK(NULL, ctx, CLATTN_ERROR_INVALID_ARGUMENT, "ctx: NULL context");
+    CHECK_ST(check_additive(ctx, queries, keys, values, w, out, weights, &h));
+    const clattn_dropout_params *drop = opts ? &opts->dropout : NULL;
+    CHECK_ST(clattn__check_dropout(ctx, drop, "opts.dropout"));
+    size_t B = queries->dims[0], nq = queries->dims[1], nk = keys->dims[1];
+    size_t sdims[3] = {B, nq, nk};
+    CHECK_ST(clattn__resolve_mask_dims(ctx, opts ? &opts->mask : NULL, 3, sdims, "opts.mask", &m));
+    /* scratch: projected queries and keys, then scores (unless returned) and dropped weights */
+    size_t nqp = B * nq * h, nkp = B * nk * h, ns = B * nq * nk;
+    int dropping = clattn__dropout_active(drop);
+    size_t need = nqp + nkp + (weights ? 0 : ns) + (dropping ? ns : 0);
+    CHECK_ST(clattn__scratch(ctx, CLATTN_SCRATCH_MODULE, need * 4, &buf));
+    clattn_tensor qp = clattn_view(buf, CLATTN_FLOAT32, 0, 3, (size_t[]){B, nq, h});
+    clattn_tensor kp = clattn_view(buf, CLATTN_FLOAT32, nqp, 3, (size_t[]){B, nk, h});
+    clattn_tensor S = weights ? *weights : clattn_view(buf, CLATTN_FLOAT32, nqp + nkp, 3, sdims);
+    clattn_tensor P = dropping ? clattn_view(buf, CLATTN_FLOAT32, need - ns, 3, sdims) : S;
+    CHECK_ST(clattn__tune(ctx, "softmax", &tune));
+    CHECK_ST(clattn__enqueue_matmul(ctx, queries, 0, w->W_q, 1, 1.0f, 0.0f, NULL, &qp));
+    CHECK_ST(clattn__enqueue_matmul(ctx, keys, 0, w->W_k, 1, 1.0f, 0.0f, NULL, &kp));
+    CHECK_ST(enqueue_scores(ctx, &qp, &kp, w->w_v, &S));
+    CHECK_ST(clattn__enqueue_softmax(ctx, &tune, &S, &m, &S));
+    if (dropping)
+        CHECK_ST(clattn__enqueue_dropout(ctx, S.buf, S.offset, P.buf, P.offset, ns, 0, drop));
+    CHECK_ST(clattn__enqueue_matmul(ctx, &P, 0, values, 0, 1.0f, 0.0f, NULL, out));
+fail:
+    clattn__mask_release(&m);
+    return st;
+}

@@ -1,0 +1,126 @@
+/* clattn_dot_product_attention and the attention core shared with multi-head attention. */
+#include "attention.h"
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+clattn_status clattn__check_no_overlap(clattn_context *ctx, const clattn_tensor *const *outs,
+                                       const char *const *names, int nouts,
+                                       const clattn_tensor *const *ins, int nins)
+{
+    clattn_status st = CLATTN_SUCCESS;
+    for (int i = 0; i < nouts; i++) {
+        if (!outs[i])
+            continue;
+        for (int j = 0; j < nins; j++)
+            CHECK(ctx, !ins[j] || !clattn__overlaps(outs[i], ins[j]), CLATTN_ERROR_INVALID_ARGUMENT,
+                  "%s: overlaps an input tensor", names[i]);
+        for (int j = i + 1; j < nouts; j++)
+            CHECK(ctx, !outs[j] || !clattn__overlaps(outs[i], outs[j]),
+                  CLATTN_ERROR_INVALID_ARGUMENT, "%s: overlaps %s", names[i], names[j]);
+    }
+fail:
+    return st;
+}
+
+/* A view of n floats at element `off` of buf, shaped like `like` with its last two dims
+ * replaced by (rows, cols). */
+static clattn_tensor shaped(cl_mem buf, size_t off, const clattn_tensor *like, size_t rows,
+                            size_t cols)
+{
+    clattn_tensor t = clattn_view(buf, CLATTN_FLOAT32, off, like->ndim, like->dims);
+    t.dims[t.ndim - 2] = rows;
+    t.dims[t.ndim - 1] = cols;
+    return t;
+}
+
+clattn_status clattn__attention_core(clattn_context *ctx, const clattn_tensor *Q,
+                                     const clattn_tensor *K, const clattn_tensor *V,
+                                     const clattn_mask_args *mask,
+                                     const clattn_dropout_params *dropout, float scale,
+                                     const clattn_tensor *out, const clattn_tensor *weights)
+{
+    clattn_status st = CLATTN_SUCCESS;
+    clattn_tuning tune;
+    cl_mem buf = NULL;
+    size_t nq = Q->dims[Q->ndim - 2], nk = K->dims[K->ndim - 2];
+    size_t n = clattn__batch_count(Q, 2) * nq * nk;
+    int drop = clattn__dropout_active(dropout);
+    /* Scores go straight into the caller's weights when asked for, else into scratch; dropout
+     * writes a second copy so the returned weights stay those before dropout, as d2l keeps them. */
+    size_t need = (weights ? 0 : n) + (drop ? n : 0);
+    if (need)
+        CHECK_ST(clattn__scratch(ctx, CLATTN_SCRATCH_ATTN, need * 4, &buf));
+    clattn_tensor S = weights ? *weights : shaped(buf, 0, Q, nq, nk);
+    clattn_tensor P = drop ? shaped(buf, weights ? 0 : n, Q, nq, nk) : S;
+    CHECK_ST(clattn__tune(ctx, "softmax", &tune));
+    CHECK_ST(clattn__enqueue_matmul(ctx, Q, 0, K, 1, scale, 0.0f, NULL, &S));
+    CHECK_ST(clattn__enqueue_softmax(ctx, &tune, &S, mask, &S));
+    if (drop)
+        CHECK_ST(clattn__enqueue_dropout(ctx, S.buf, S.offset, P.buf, P.offset, n, 0, dropout));
+    CHECK_ST(clattn__enqueue_matmul(ctx, &P, 0, V, 0, 1.0f, 0.0f, NULL, out));
+fail:
+    return st;
+}
+
+/* Q (.., Q, d), K (.., K, d), V (.., K, dv), out (.., Q, dv), weights (.., Q, K): same leading dims. */
+static clattn_status check_qkv(clattn_context *ctx, const clattn_tensor *Q, const clattn_tensor *K,
+                               const clattn_tensor *V, const clattn_tensor *out,
+                               const clattn_tensor *weights)
+{
+    clattn_status st = CLATTN_SUCCESS;
+    char s1[96], s2[96];
+    const clattn_tensor *all[4] = {K, V, out, weights};
+    const char *names[4] = {"K", "V", "out", "weights"};
+    CHECK_ST(clattn__check_tensor(ctx, Q, "Q", CLATTN_FLOAT32, 2, 4));
+    for (int i = 0; i < 4; i++) {
+        if (i == 3 && !weights)
+            break;
+        CHECK_ST(clattn__check_tensor(ctx, all[i], names[i], CLATTN_FLOAT32, 2, 4));
+        CHECK(ctx, all[i]->ndim == Q->ndim &&
+                       memcmp(all[i]->dims, Q->dims, sizeof(size_t) * (Q->ndim - 2)) == 0,
+              CLATTN_ERROR_SHAPE_MISMATCH, "%s: shape %s, expected Q's leading dims %s", names[i],
+              clattn__shape_str(all[i], s1, sizeof s1), clattn__shape_str(Q, s2, sizeof s2));
+    }
+    int r = Q->ndim;
+    size_t nq = Q->dims[r - 2], d = Q->dims[r - 1], nk = K->dims[r - 2], dv = V->dims[r - 1];
+    CHECK(ctx, K->dims[r - 1] == d, CLATTN_ERROR_SHAPE_MISMATCH,
+          "K: feature size %zu differs from Q's %zu", K->dims[r - 1], d);
+    CHECK(ctx, V->dims[r - 2] == nk, CLATTN_ERROR_SHAPE_MISMATCH,
+          "V: %zu rows, expected K's %zu (one value per key)", V->dims[r - 2], nk);
+    CHECK(ctx, out->dims[r - 2] == nq && out->dims[r - 1] == dv, CLATTN_ERROR_SHAPE_MISMATCH,
+          "out: shape %s, expected (..., %zu, %zu)", clattn__shape_str(out, s1, sizeof s1), nq, dv);
+    CHECK(ctx, !weights || (weights->dims[r - 2] == nq && weights->dims[r - 1] == nk),
+          CLATTN_ERROR_SHAPE_MISMATCH, "weights: shape %s, expected (..., %zu, %zu)",
+          clattn__shape_str(weights, s1, sizeof s1), nq, nk);
+    const clattn_tensor *outs[2] = {out, weights}, *ins[3] = {Q, K, V};
+    const char *onames[2] = {"out", "weights"};
+    CHECK_ST(clattn__check_no_overlap(ctx, outs, onames, 2, ins, 3));
+fail:
+    return st;
+}
+
+clattn_status clattn_dot_product_attention(clattn_context *ctx, const clattn_tensor *Q,
+                                           const clattn_tensor *K, const clattn_tensor *V,
+                                           const clattn_attention_opts *opts,
+                                           const clattn_tensor *out, const clattn_tensor *weights)
+{
+    clattn_status st = CLATTN_SUCCESS;
+    clattn_mask_args m = {0};
+    CHECK(NULL, ctx, CLATTN_ERROR_INVALID_ARGUMENT, "ctx: NULL context");
+    CHECK_ST(check_qkv(ctx, Q, K, V, out, weights));
+    float scale = opts && opts->scale != 0.0f ? opts->scale
+                                              : (float)(1.0 / sqrt((double)Q->dims[Q->ndim - 1]));
+    CHECK(ctx, isfinite(scale), CLATTN_ERROR_INVALID_ARGUMENT, "opts.scale: not finite");
+    CHECK_ST(clattn__check_dropout(ctx, opts ? &opts->dropout : NULL, "opts.dropout"));
+    size_t sdims[4];
+    memcpy(sdims, Q->dims, sizeof sdims);
+    sdims[Q->ndim - 1] = K->dims[K->ndim - 2];
+    CHECK_ST(clattn__resolve_mask_dims(ctx, opts ? &opts->mask : NULL, Q->ndim, sdims, "opts.mask",
+                                       &m));
+    CHECK_ST(clattn__attention_core(ctx, Q, K, V, &m, opts ? &opts->dropout : NULL, scale, out,
+                                    weights));
+fail:
+    clattn__mask_release(&m);
+    return st;
+}

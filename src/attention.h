@@ -1,0 +1,31 @@
+/* Internal entry points shared by the attention modules (arguments already checked). */
+#ifndef CLATTN_ATTENTION_H
+#define CLATTN_ATTENTION_H
+#include "mask.h"
+
+/* dropout.c */
+clattn_status clattn__check_dropout(clattn_context *ctx, const clattn_dropout_params *p,
+                                    const char *name);
+/* 1 when dropout changes anything (training with p > 0). */
+int clattn__dropout_active(const clattn_dropout_params *p);
+/* y[0..n) = dropout(x[0..n)), stream elements first..first+n. */
+clattn_status clattn__enqueue_dropout(clattn_context *ctx, cl_mem x, size_t x_off, cl_mem y,
+                                      size_t y_off, size_t n, unsigned long long first,
+                                      const clattn_dropout_params *p);
+
+/* heads.c: (B, T, H, dh) <-> (B, H, T, dh) between two buffers. */
+clattn_status clattn__enqueue_heads(clattn_context *ctx, cl_mem src, size_t s_off, cl_mem dst,
+                                    size_t d_off, int B, int T, int H, int dh, int to_heads);
+
+/* attention.c: out = dropout(masked_softmax(Q K^T * scale)) V on views with equal leading dims;
+ * weights (..., Q, K) or NULL. Uses the ATTN scratch slot. */
+clattn_status clattn__attention_core(clattn_context *ctx, const clattn_tensor *Q,
+                                     const clattn_tensor *K, const clattn_tensor *V,
+                                     const clattn_mask_args *mask,
+                                     const clattn_dropout_params *dropout, float scale,
+                                     const clattn_tensor *out, const clattn_tensor *weights);
+/* Checks that none of the outputs overlaps an input or the other output. */
+clattn_status clattn__check_no_overlap(clattn_context *ctx, const clattn_tensor *const *outs,
+                                       const char *const *out_names, int nouts,
+                                       const clattn_tensor *const *ins, int nins);
+#endif

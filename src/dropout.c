@@ -1,0 +1,67 @@
+/* clattn_dropout: Philox-keyed dropout, shared by the attention modules. */
+#include "attention.h"
+#include <math.h>
+#include <string.h>
+
+clattn_status clattn__check_dropout(clattn_context *ctx, const clattn_dropout_params *p,
+                                    const char *name)
+{
+    clattn_status st = CLATTN_SUCCESS;
+    if (p)
+        CHECK(ctx, p->p >= 0.0f && p->p <= 1.0f, CLATTN_ERROR_INVALID_ARGUMENT,
+              "%s.p = %g is outside [0, 1]", name, (double)p->p);
+fail:
+    return st;
+}
+
+int clattn__dropout_active(const clattn_dropout_params *p)
+{
+    return p && p->training && p->p > 0.0f;
+}
+
+clattn_status clattn__enqueue_dropout(clattn_context *ctx, cl_mem x, size_t x_off, cl_mem y,
+                                      size_t y_off, size_t n, unsigned long long first,
+                                      const clattn_dropout_params *p)
+{
+    clattn_status st = CLATTN_SUCCESS;
+    cl_kernel k;
+    int xo = (int)x_off, yo = (int)y_off, nn = (int)n;
+    cl_ulong f = first;
+    cl_uint2 seed = {{(cl_uint)p->seed, (cl_uint)(p->seed >> 32)}};
+    cl_uint2 off = {{(cl_uint)p->offset, (cl_uint)(p->offset >> 32)}};
+    /* keep when 24 random bits >= threshold: P(keep) = 1 - threshold / 2^24 = 1 - p */
+    cl_uint threshold = (cl_uint)lrint((double)p->p * 16777216.0);
+    float scale = p->p < 1.0f ? 1.0f / (1.0f - p->p) : 0.0f;
+    CHECK_ST(clattn__get_kernel(ctx, "dropout.cl", "", "dropout", &k));
+    CHECK_ST(clattn__set_args(ctx, k, "dropout", ARG(x), ARG(xo), ARG(y), ARG(yo), ARG(nn), ARG(f),
+                              ARG(seed), ARG(off), ARG(threshold), ARG(scale), ARGS_END));
+    size_t gws = n;
+    CHECK_ST(clattn__launch(ctx, k, 1, &gws, NULL, "dropout"));
+fail:
+    return st;
+}
+
+clattn_status clattn_dropout(clattn_context *ctx, const clattn_tensor *x,
+                             const clattn_dropout_params *p, const clattn_tensor *y)
+{
+    clattn_status st = CLATTN_SUCCESS;
+    char s1[96], s2[96];
+    CHECK(NULL, ctx, CLATTN_ERROR_INVALID_ARGUMENT, "ctx: NULL context");
+    CHECK_ST(clattn__check_tensor(ctx, x, "x", CLATTN_FLOAT32, 1, 4));
+    CHECK_ST(clattn__check_tensor(ctx, y, "y", CLATTN_FLOAT32, 1, 4));
+    CHECK(ctx, p, CLATTN_ERROR_INVALID_ARGUMENT, "p: NULL dropout parameters");
+    CHECK_ST(clattn__check_dropout(ctx, p, "p"));
+    CHECK(ctx, x->ndim == y->ndim && memcmp(x->dims, y->dims, sizeof(size_t) * x->ndim) == 0,
+          CLATTN_ERROR_SHAPE_MISMATCH, "y: shape %s, expected x's shape %s",
+          clattn__shape_str(y, s1, sizeof s1), clattn__shape_str(x, s2, sizeof s2));
+    CHECK(ctx, clattn__same_view(x, y) || !clattn__overlaps(x, y), CLATTN_ERROR_INVALID_ARGUMENT,
+          "y: overlaps x without being the same view");
+    size_t n = clattn_tensor_numel(x);
+    if (clattn__dropout_active(p))
+        CHECK_ST(clattn__enqueue_dropout(ctx, x->buf, x->offset, y->buf, y->offset, n, 0, p));
+    else if (!clattn__same_view(x, y))
+        CHECK_CL(ctx, clEnqueueCopyBuffer(ctx->queue, x->buf, y->buf, x->offset * 4, y->offset * 4,
+                                          n * 4, 0, NULL, NULL), "clEnqueueCopyBuffer(dropout)");
+fail:
+    return st;
+}

@@ -1,0 +1,67 @@
+/* clattn_transpose_qkv / clattn_transpose_output: split hidden features into heads and back. */
+#include "attention.h"
+#include <stdio.h>
+
+clattn_status clattn__enqueue_heads(clattn_context *ctx, cl_mem src, size_t s_off, cl_mem dst,
+                                    size_t d_off, int B, int T, int H, int dh, int to_heads)
+{
+    clattn_status st = CLATTN_SUCCESS;
+    cl_kernel k;
+    int so = (int)s_off, dof = (int)d_off;
+    CHECK_ST(clattn__get_kernel(ctx, "heads.cl", "", "transpose_heads", &k));
+    CHECK_ST(clattn__set_args(ctx, k, "transpose_heads", ARG(src), ARG(so), ARG(dst), ARG(dof),
+                              ARG(T), ARG(H), ARG(dh), ARG(to_heads), ARGS_END));
+    size_t gws[3] = {(size_t)dh, (size_t)H, (size_t)B * T};
+    CHECK_ST(clattn__launch(ctx, k, 3, gws, NULL, "transpose_heads"));
+fail:
+    return st;
+}
+
+/* seq is (B, T, H*dh); heads is (B*H, T, dh) or (B, H, T, dh). */
+static clattn_status check_pair(clattn_context *ctx, const clattn_tensor *seq, const char *seq_name,
+                                const clattn_tensor *heads, const char *heads_name, int H)
+{
+    clattn_status st = CLATTN_SUCCESS;
+    char s1[96], s2[96];
+    CHECK(NULL, ctx, CLATTN_ERROR_INVALID_ARGUMENT, "ctx: NULL context");
+    CHECK_ST(clattn__check_tensor(ctx, seq, seq_name, CLATTN_FLOAT32, 3, 3));
+    CHECK_ST(clattn__check_tensor(ctx, heads, heads_name, CLATTN_FLOAT32, 3, 4));
+    size_t B = seq->dims[0], T = seq->dims[1], hid = seq->dims[2];
+    CHECK(ctx, H > 0 && hid % (size_t)H == 0, CLATTN_ERROR_INVALID_ARGUMENT,
+          "num_heads: %d does not divide the hidden size %zu of %s", H, hid, seq_name);
+    size_t dh = hid / H;
+    int ok = heads->ndim == 3 ? heads->dims[0] == B * H && heads->dims[1] == T && heads->dims[2] == dh
+                              : heads->dims[0] == B && heads->dims[1] == (size_t)H &&
+                                    heads->dims[2] == T && heads->dims[3] == dh;
+    CHECK(ctx, ok, CLATTN_ERROR_SHAPE_MISMATCH,
+          "%s: shape %s, expected (%zu, %zu, %zu) or (%zu, %d, %zu, %zu) for %s %s", heads_name,
+          clattn__shape_str(heads, s1, sizeof s1), B * H, T, dh, B, H, T, dh, seq_name,
+          clattn__shape_str(seq, s2, sizeof s2));
+    CHECK(ctx, !clattn__overlaps(seq, heads), CLATTN_ERROR_INVALID_ARGUMENT,
+          "out: overlaps x (a transpose cannot run in place)");
+fail:
+    return st;
+}
+
+clattn_status clattn_transpose_qkv(clattn_context *ctx, const clattn_tensor *x, int num_heads,
+                                   const clattn_tensor *out)
+{
+    clattn_status st = CLATTN_SUCCESS;
+    CHECK_ST(check_pair(ctx, x, "x", out, "out", num_heads));
+    CHECK_ST(clattn__enqueue_heads(ctx, x->buf, x->offset, out->buf, out->offset, (int)x->dims[0],
+                                   (int)x->dims[1], num_heads, (int)(x->dims[2] / num_heads), 1));
+fail:
+    return st;
+}
+
+clattn_status clattn_transpose_output(clattn_context *ctx, const clattn_tensor *x, int num_heads,
+                                      const clattn_tensor *out)
+{
+    clattn_status st = CLATTN_SUCCESS;
+    CHECK_ST(check_pair(ctx, out, "out", x, "x", num_heads));
+    CHECK_ST(clattn__enqueue_heads(ctx, x->buf, x->offset, out->buf, out->offset,
+                                   (int)out->dims[0], (int)out->dims[1], num_heads,
+                                   (int)(out->dims[2] / num_heads), 0));
+fail:
+    return st;
+}

@@ -1,0 +1,134 @@
+/* clattn_multihead_attention: d2l's MultiHeadAttention as one chain of enqueued kernels. */
+#include "attention.h"
+#include <math.h>
+#include <stdio.h>
+
+/* W (rows, x's last dim) and its optional bias (rows); *rows == 0 takes W's rows. */
+static clattn_status check_linear(clattn_context *ctx, const clattn_tensor *W, const char *wname,
+                                  const clattn_tensor *b, const char *bname, size_t in,
+                                  const char *xname, size_t *rows)
+{
+    clattn_status st = CLATTN_SUCCESS;
+    char s1[96];
+    CHECK_ST(clattn__check_tensor(ctx, W, wname, CLATTN_FLOAT32, 2, 2));
+    CHECK(ctx, W->dims[1] == in && (*rows == 0 || W->dims[0] == *rows), CLATTN_ERROR_SHAPE_MISMATCH,
+          "%s: shape %s, expected (%s, %zu) for %s", wname, clattn__shape_str(W, s1, sizeof s1),
+          *rows ? "num_hiddens" : "out", in, xname);
+    *rows = W->dims[0];
+    if (b) {
+        CHECK_ST(clattn__check_tensor(ctx, b, bname, CLATTN_FLOAT32, 1, 1));
+        CHECK(ctx, b->dims[0] == *rows, CLATTN_ERROR_SHAPE_MISMATCH,
+              "%s: %zu elements, expected %zu", bname, b->dims[0], *rows);
+    }
+fail:
+    return st;
+}
+
+static clattn_status check_mha(clattn_context *ctx, const clattn_tensor *q, const clattn_tensor *k,
+                               const clattn_tensor *v, const clattn_mha_weights *w,
+                               const clattn_tensor *out, const clattn_tensor *weights, size_t *hid)
+{
+    clattn_status st = CLATTN_SUCCESS;
+    char s1[96];
+    size_t os = 0;
+    CHECK_ST(clattn__check_tensor(ctx, q, "queries", CLATTN_FLOAT32, 3, 3));
+    CHECK_ST(clattn__check_tensor(ctx, k, "keys", CLATTN_FLOAT32, 3, 3));
+    CHECK_ST(clattn__check_tensor(ctx, v, "values", CLATTN_FLOAT32, 3, 3));
+    CHECK_ST(clattn__check_tensor(ctx, out, "out", CLATTN_FLOAT32, 3, 3));
+    size_t B = q->dims[0], nq = q->dims[1], nk = k->dims[1];
+    CHECK(ctx, k->dims[0] == B && v->dims[0] == B, CLATTN_ERROR_SHAPE_MISMATCH,
+          "keys/values: batch %zu/%zu differs from the queries' %zu", k->dims[0], v->dims[0], B);
+    CHECK(ctx, v->dims[1] == nk, CLATTN_ERROR_SHAPE_MISMATCH,
+          "values: %zu rows, expected the keys' %zu", v->dims[1], nk);
+    CHECK(ctx, w, CLATTN_ERROR_INVALID_ARGUMENT, "w: NULL weights");
+    *hid = 0;
+    CHECK_ST(check_linear(ctx, w->W_q, "w.W_q", w->b_q, "w.b_q", q->dims[2], "queries", hid));
+    CHECK_ST(check_linear(ctx, w->W_k, "w.W_k", w->b_k, "w.b_k", k->dims[2], "keys", hid));
+    CHECK_ST(check_linear(ctx, w->W_v, "w.W_v", w->b_v, "w.b_v", v->dims[2], "values", hid));
+    CHECK_ST(check_linear(ctx, w->W_o, "w.W_o", w->b_o, "w.b_o", *hid, "the heads", &os));
+    CHECK(ctx, w->num_heads > 0 && *hid % (size_t)w->num_heads == 0, CLATTN_ERROR_INVALID_ARGUMENT,
+          "w.num_heads: %d does not divide num_hiddens %zu", w->num_heads, *hid);
+    CHECK(ctx, out->dims[0] == B && out->dims[1] == nq && out->dims[2] == os,
+          CLATTN_ERROR_SHAPE_MISMATCH, "out: shape %s, expected (%zu, %zu, %zu)",
+          clattn__shape_str(out, s1, sizeof s1), B, nq, os);
+    if (weights) {
+        size_t H = (size_t)w->num_heads;
+        CHECK_ST(clattn__check_tensor(ctx, weights, "weights", CLATTN_FLOAT32, 4, 4));
+        CHECK(ctx, weights->dims[0] == B && weights->dims[1] == H && weights->dims[2] == nq &&
+                       weights->dims[3] == nk,
+              CLATTN_ERROR_SHAPE_MISMATCH, "weights: shape %s, expected (%zu, %zu, %zu, %zu)",
+              clattn__shape_str(weights, s1, sizeof s1), B, H, nq, nk);
+    }
+    const clattn_tensor *outs[2] = {out, weights};
+    const clattn_tensor *ins[11] = {q, k, v, w->W_q, w->W_k, w->W_v, w->W_o,
+                                    w->b_q, w->b_k, w->b_v, w->b_o};
+    const char *names[2] = {"out", "weights"};
+    CHECK_ST(clattn__check_no_overlap(ctx, outs, names, 2, ins, 11));
+fail:
+    return st;
+}
+
+/* Scratch layout, in elements: projections (B, T, hid), heads (B, H, T, dh), the concatenated
+ * output reuses the projected queries' space once they have been split into heads. */
+typedef struct {
+    size_t qp, kp, vp, qh, kh, vh, oh, total;
+} mha_layout;
+
+static mha_layout layout(size_t B, size_t nq, size_t nk, size_t hid)
+{
+    mha_layout l;
+    size_t q = B * nq * hid, k = B * nk * hid;
+    l.qp = 0;
+    l.kp = l.qp + q;
+    l.vp = l.kp + k;
+    l.qh = l.vp + k;
+    l.kh = l.qh + q;
+    l.vh = l.kh + k;
+    l.oh = l.vh + k;
+    l.total = l.oh + q;
+    return l;
+}
+
+clattn_status clattn_multihead_attention(clattn_context *ctx, const clattn_tensor *queries,
+                                         const clattn_tensor *keys, const clattn_tensor *values,
+                                         const clattn_mha_weights *w,
+                                         const clattn_attention_opts *opts,
+                                         const clattn_tensor *out, const clattn_tensor *weights)
+{
+    clattn_status st = CLATTN_SUCCESS;
+    clattn_mask_args m = {0};
+    cl_mem buf;
+    size_t hid;
+    CHECK(NULL, ctx, CLATTN_ERROR_INVALID_ARGUMENT, "ctx: NULL context");
+    CHECK_ST(check_mha(ctx, queries, keys, values, w, out, weights, &hid));
+    const clattn_dropout_params *drop = opts ? &opts->dropout : NULL;
+    CHECK_ST(clattn__check_dropout(ctx, drop, "opts.dropout"));
+    size_t B = queries->dims[0], nq = queries->dims[1], nk = keys->dims[1];
+    size_t H = (size_t)w->num_heads, dh = hid / H;
+    size_t sdims[4] = {B, H, nq, nk};
+    CHECK_ST(clattn__resolve_mask_dims(ctx, opts ? &opts->mask : NULL, 4, sdims, "opts.mask", &m));
+    mha_layout l = layout(B, nq, nk, hid);
+    CHECK_ST(clattn__scratch(ctx, CLATTN_SCRATCH_MODULE, l.total * 4, &buf));
+    clattn_tensor qp = clattn_view(buf, CLATTN_FLOAT32, l.qp, 3, (size_t[]){B, nq, hid});
+    clattn_tensor kp = clattn_view(buf, CLATTN_FLOAT32, l.kp, 3, (size_t[]){B, nk, hid});
+    clattn_tensor vp = clattn_view(buf, CLATTN_FLOAT32, l.vp, 3, (size_t[]){B, nk, hid});
+    clattn_tensor qh = clattn_view(buf, CLATTN_FLOAT32, l.qh, 4, (size_t[]){B, H, nq, dh});
+    clattn_tensor kh = clattn_view(buf, CLATTN_FLOAT32, l.kh, 4, (size_t[]){B, H, nk, dh});
+    clattn_tensor vh = clattn_view(buf, CLATTN_FLOAT32, l.vh, 4, (size_t[]){B, H, nk, dh});
+    clattn_tensor oh = clattn_view(buf, CLATTN_FLOAT32, l.oh, 4, (size_t[]){B, H, nq, dh});
+    clattn_tensor concat = qp; /* free once qh is written (in-order queue) */
+    CHECK_ST(clattn__enqueue_matmul(ctx, queries, 0, w->W_q, 1, 1.0f, 0.0f, w->b_q, &qp));
+    CHECK_ST(clattn__enqueue_matmul(ctx, keys, 0, w->W_k, 1, 1.0f, 0.0f, w->b_k, &kp));
+    CHECK_ST(clattn__enqueue_matmul(ctx, values, 0, w->W_v, 1, 1.0f, 0.0f, w->b_v, &vp));
+    int b = (int)B, h = (int)H, d = (int)dh;
+    CHECK_ST(clattn__enqueue_heads(ctx, buf, l.qp, buf, l.qh, b, (int)nq, h, d, 1));
+    CHECK_ST(clattn__enqueue_heads(ctx, buf, l.kp, buf, l.kh, b, (int)nk, h, d, 1));
+    CHECK_ST(clattn__enqueue_heads(ctx, buf, l.vp, buf, l.vh, b, (int)nk, h, d, 1));
+    CHECK_ST(clattn__attention_core(ctx, &qh, &kh, &vh, &m, drop, (float)(1.0 / sqrt((double)dh)),
+                                    &oh, weights));
+    CHECK_ST(clattn__enqueue_heads(ctx, buf, l.oh, buf, l.qp, b, (int)nq, h, d, 0));
+    CHECK_ST(clattn__enqueue_matmul(ctx, &concat, 0, w->W_o, 1, 1.0f, 0.0f, w->b_o, out));
+fail:
+    clattn__mask_release(&m);
+    return st;
+}
