@@ -147,3 +147,59 @@ void h_assert_error(clattn_status got, clattn_status want, const char *needle)
     if (needle && !strstr(msg, needle))
         fail_msg("message \"%s\" does not name \"%s\"", msg, needle);
 }
+
+void h_mask_make(h_mask *hm, const h_mask_spec *c, int rank, const size_t *sdims)
+{
+    static const int slot[5][4] = {{0}, {3}, {2, 3}, {0, 2, 3}, {0, 1, 2, 3}};
+    size_t d4[4] = {1, 1, 1, 1};
+    memset(hm, 0, sizeof *hm);
+    for (int i = 0; i < rank; i++)
+        d4[slot[rank][i]] = sdims[i];
+    size_t D0 = d4[0], Q = d4[2], K = d4[3];
+    ref_mask r = {(int)D0, (int)d4[1], (int)Q, (int)K, NULL, 0, NULL, {0, 0, 0, 0}, c->causal,
+                  c->fill != 0 ? c->fill : CLATTN_DEFAULT_FILL};
+    hm->r = r;
+    hm->m.causal = c->causal;
+    hm->m.fill = c->fill;
+    if (c->lens != H_LENS_NONE) {
+        size_t nl = c->lens == H_LENS_1D ? D0 : D0 * Q;
+        hm->lens = malloc(nl * sizeof(int));
+        for (size_t i = 0; i < nl; i++)
+            hm->lens[i] = c->fixed_lens ? c->fixed_lens[i] : h_randint(0, (int)K);
+        hm->r.lens = hm->lens;
+        hm->r.lens_mode = c->lens;
+        if (c->lens_on_device) {
+            hm->tl = h_tensor(CLATTN_INT32, c->lens, H_DIMS(D0, Q), hm->lens);
+            hm->m.valid_lens = &hm->tl;
+        } else {
+            hm->m.valid_lens_host = hm->lens;
+            hm->m.lens_ndim = c->lens;
+            hm->m.lens_dims[0] = D0;
+            hm->m.lens_dims[1] = Q;
+        }
+    }
+    if (c->mask_rank) {
+        size_t mn = 1, stride = 1;
+        for (int i = 0; i < c->mask_rank; i++)
+            mn *= c->mask_dims[i];
+        hm->mask = malloc(mn * sizeof(int));
+        for (size_t i = 0; i < mn; i++)
+            hm->mask[i] = h_uniform(0, 1) < 0.7;
+        for (int i = c->mask_rank - 1; i >= 0; i--) {
+            int axis = rank - c->mask_rank + i;
+            hm->r.ms[slot[rank][axis]] = c->mask_dims[i] == 1 ? 0 : (long)stride;
+            stride *= c->mask_dims[i];
+        }
+        hm->r.mask = hm->mask;
+        hm->tm = h_tensor(CLATTN_INT32, c->mask_rank, c->mask_dims, hm->mask);
+        hm->m.mask = &hm->tm;
+    }
+}
+
+void h_mask_free(h_mask *hm)
+{
+    clattn_tensor_release(&hm->tl);
+    clattn_tensor_release(&hm->tm);
+    free(hm->lens);
+    free(hm->mask);
+}

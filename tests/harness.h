@@ -40,5 +40,27 @@ void h_assert_bytes(const clattn_tensor *t, const void *expect, const char *what
 /* Asserts that the last error mentions `needle`. */
 void h_assert_error(clattn_status got, clattn_status want, const char *needle);
 
+/* Masks built from a spec for a score shape, as a clattn_mask and as the reference's ref_mask. */
+#include "ref.h"
+enum { H_LENS_NONE = 0, H_LENS_1D = 1, H_LENS_2D = 2 };
+typedef struct {
+    int lens;              /* H_LENS_* */
+    int lens_on_device;    /* device tensor instead of the host array */
+    const int *fixed_lens; /* NULL: random lengths in [0, K] */
+    int mask_rank;         /* 0: no mask tensor; else random 0/1 of mask_dims */
+    size_t mask_dims[4];
+    int causal;
+    float fill;            /* 0: default */
+} h_mask_spec;
+typedef struct {
+    clattn_mask m;
+    ref_mask r;
+    clattn_tensor tl, tm;
+    int *lens, *mask;
+} h_mask;
+/* Scores of rank 1-4 with dims sdims (last two Q, K). */
+void h_mask_make(h_mask *hm, const h_mask_spec *spec, int rank, const size_t *sdims);
+void h_mask_free(h_mask *hm);
+
 #define H_DIMS(...) ((const size_t[]){__VA_ARGS__})
 #endif

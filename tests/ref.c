@@ -39,6 +39,22 @@ int ref_blocked(const ref_mask *m, int d0, int d1, int q, int k)
 
 void ref_masked_softmax(const ref_mask *m, const float *x, double *out)
 {
+    size_t n = (size_t)m->D0 * m->D1 * m->Q * m->K;
+    double *xd = ref_to_double(x, n);
+    ref_masked_softmax_d(m, xd, out);
+    free(xd);
+}
+
+double *ref_to_double(const float *x, size_t n)
+{
+    double *d = malloc(n * sizeof *d);
+    for (size_t i = 0; i < n; i++)
+        d[i] = x[i];
+    return d;
+}
+
+void ref_masked_softmax_d(const ref_mask *m, const double *x, double *out)
+{
     double *v = malloc(sizeof(double) * (size_t)m->K);
     for (int d0 = 0; d0 < m->D0; d0++)
         for (int d1 = 0; d1 < m->D1; d1++)
@@ -55,4 +71,83 @@ void ref_masked_softmax(const ref_mask *m, const float *x, double *out)
                     out[row + k] = v[k] / sum;
             }
     free(v);
+}
+
+void ref_gemm(int M, int N, int K, const double *A, int ta, const double *B, int tb, double *C)
+{
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++) {
+            double s = 0;
+            for (int k = 0; k < K; k++)
+                s += (ta ? A[(size_t)k * M + i] : A[(size_t)i * K + k]) *
+                     (tb ? B[(size_t)j * K + k] : B[(size_t)k * N + j]);
+            C[(size_t)i * N + j] = s;
+        }
+}
+
+void ref_linear(int rows, int in, int out, const float *x, const float *W, const float *b, double *y)
+{
+    for (int r = 0; r < rows; r++)
+        for (int o = 0; o < out; o++) {
+            double s = b ? b[o] : 0.0;
+            for (int i = 0; i < in; i++)
+                s += (double)x[(size_t)r * in + i] * W[(size_t)o * in + i];
+            y[(size_t)r * out + o] = s;
+        }
+}
+
+static unsigned mulhi32(unsigned a, unsigned b)
+{
+    return (unsigned)(((unsigned long long)a * b) >> 32);
+}
+
+int ref_dropout_keep(unsigned long long e, unsigned long long seed, unsigned long long offset,
+                     double p)
+{
+    unsigned long long blk = e >> 2;
+    unsigned c[4] = {(unsigned)blk, (unsigned)(blk >> 32), (unsigned)offset, (unsigned)(offset >> 32)};
+    unsigned k[2] = {(unsigned)seed, (unsigned)(seed >> 32)};
+    for (int r = 0; r < 10; r++) {
+        unsigned lo0 = 0xD2511F53u * c[0], hi0 = mulhi32(0xD2511F53u, c[0]);
+        unsigned lo1 = 0xCD9E8D57u * c[2], hi1 = mulhi32(0xCD9E8D57u, c[2]);
+        unsigned n0 = hi1 ^ c[1] ^ k[0], n2 = hi0 ^ c[3] ^ k[1];
+        c[0] = n0;
+        c[1] = lo1;
+        c[2] = n2;
+        c[3] = lo0;
+        k[0] += 0x9E3779B9u;
+        k[1] += 0xBB67AE85u;
+    }
+    unsigned threshold = (unsigned)lrint(p * 16777216.0);
+    return (c[e & 3] >> 8) >= threshold;
+}
+
+void ref_dropout(double *x, size_t n, unsigned long long first, unsigned long long seed,
+                 unsigned long long offset, double p)
+{
+    double scale = p < 1.0 ? 1.0 / (1.0 - (float)p) : 0.0;
+    for (size_t i = 0; i < n; i++)
+        x[i] = ref_dropout_keep(first + i, seed, offset, p) ? x[i] * scale : 0.0;
+}
+
+void ref_attention(const ref_mask *m, int d, int dv, const double *q, const double *k,
+                   const double *v, double scale, const ref_dropout_params *drop, double *weights,
+                   double *out)
+{
+    int nb = m->D0 * m->D1, Q = m->Q, K = m->K;
+    size_t ns = (size_t)nb * Q * K;
+    double *s = malloc(ns * sizeof *s);
+    for (int b = 0; b < nb; b++)
+        ref_gemm(Q, K, d, q + (size_t)b * Q * d, 0, k + (size_t)b * K * d, 1, s + (size_t)b * Q * K);
+    for (size_t i = 0; i < ns; i++)
+        s[i] *= scale;
+    ref_masked_softmax_d(m, s, weights);
+    for (size_t i = 0; i < ns; i++)
+        s[i] = weights[i];
+    if (drop && drop->p > 0)
+        ref_dropout(s, ns, 0, drop->seed, drop->offset, drop->p);
+    for (int b = 0; b < nb; b++)
+        ref_gemm(Q, dv, K, s + (size_t)b * Q * K, 0, v + (size_t)b * K * dv, 0,
+                 out + (size_t)b * Q * dv);
+    free(s);
 }

@@ -25,4 +25,30 @@ typedef struct {
 int ref_blocked(const ref_mask *m, int d0, int d1, int q, int k);
 /* out = softmax(masked_fill(x, blocked, fill)) over K, rows (D0, D1, Q). */
 void ref_masked_softmax(const ref_mask *m, const float *x, double *out);
+/* Same on double input. */
+void ref_masked_softmax_d(const ref_mask *m, const double *x, double *out);
+
+/* C (M, N) = op(A) op(B) in double, A (M, K) or (K, M) when ta, B (K, N) or (N, K) when tb. */
+void ref_gemm(int M, int N, int K, const double *A, int ta, const double *B, int tb, double *C);
+/* y (rows, out) = x (rows, in) W^T + b, float inputs, b may be NULL. */
+void ref_linear(int rows, int in, int out, const float *x, const float *W, const float *b, double *y);
+
+/* Philox4x32-10 dropout decision for element e, as kernels/common.cl. */
+int ref_dropout_keep(unsigned long long e, unsigned long long seed, unsigned long long offset,
+                     double p);
+/* x[i] *= keep(first + i) / (1 - p) (0 when p == 1), in double. */
+void ref_dropout(double *x, size_t n, unsigned long long first, unsigned long long seed,
+                 unsigned long long offset, double p);
+
+/* Dot-product attention over (D0 * D1) batches: q (Q, d), k (K, d), v (K, dv) per batch (double);
+ * weights (before dropout) and out. drop_p < 0 or 0 means no dropout. */
+typedef struct {
+    double p;
+    unsigned long long seed, offset;
+} ref_dropout_params;
+void ref_attention(const ref_mask *m, int d, int dv, const double *q, const double *k,
+                   const double *v, double scale, const ref_dropout_params *drop, double *weights,
+                   double *out);
+/* Converts n floats to doubles (malloc'd). */
+double *ref_to_double(const float *x, size_t n);
 #endif

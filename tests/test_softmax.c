@@ -12,7 +12,7 @@
 #define SM_RTOL 1e-5
 #define SM_ATOL 1e-9
 
-enum { LENS_NONE, LENS_1D, LENS_2D };
+enum { LENS_NONE = H_LENS_NONE, LENS_1D = H_LENS_1D, LENS_2D = H_LENS_2D };
 typedef struct {
     int rank;
     size_t dims[4];
@@ -40,76 +40,38 @@ static void check_rows_sum_to_one(const float *y, size_t rows, size_t K)
 
 static void run(const sm_case *c)
 {
-    size_t d4[4] = {1, 1, 1, 1};
-    static const int slot[5][4] = {{0}, {3}, {2, 3}, {0, 2, 3}, {0, 1, 2, 3}};
+    h_mask_spec spec = {c->lens, c->lens_on_device, c->fixed_lens, c->mask_rank,
+                        {c->mask_dims[0], c->mask_dims[1], c->mask_dims[2], c->mask_dims[3]},
+                        c->causal, c->fill};
+    h_mask hm;
+    size_t n = 1, K = c->dims[c->rank - 1];
     for (int i = 0; i < c->rank; i++)
-        d4[slot[c->rank][i]] = c->dims[i];
-    size_t n = d4[0] * d4[1] * d4[2] * d4[3], K = d4[3], Q = d4[2], D0 = d4[0];
+        n *= c->dims[i];
     float *x = malloc(n * 4);
     double *ref = malloc(n * 8);
     h_fill(x, n, -c->scale, c->scale);
-    ref_mask rm = {(int)d4[0], (int)d4[1], (int)Q, (int)K, NULL, 0, NULL, {0, 0, 0, 0}, c->causal,
-                   c->fill != 0 ? c->fill : CLATTN_DEFAULT_FILL};
-    clattn_mask m;
-    memset(&m, 0, sizeof m);
-    m.causal = c->causal;
-    m.fill = c->fill;
-    int *lens = NULL, *mask = NULL;
-    clattn_tensor tl = {0}, tm = {0};
-    size_t nl = c->lens == LENS_1D ? D0 : D0 * Q;
-    if (c->lens != LENS_NONE) {
-        lens = malloc(nl * sizeof *lens);
-        for (size_t i = 0; i < nl; i++)
-            lens[i] = c->fixed_lens ? c->fixed_lens[i] : h_randint(0, (int)K);
-        rm.lens = lens;
-        rm.lens_mode = c->lens;
-        if (c->lens_on_device) {
-            tl = h_tensor(CLATTN_INT32, c->lens, H_DIMS(D0, Q), lens);
-            m.valid_lens = &tl;
-        } else {
-            m.valid_lens_host = lens;
-            m.lens_ndim = c->lens;
-            m.lens_dims[0] = D0;
-            m.lens_dims[1] = Q;
-        }
-    }
-    if (c->mask_rank) {
-        size_t mn = 1, stride = 1;
-        for (int i = 0; i < c->mask_rank; i++)
-            mn *= c->mask_dims[i];
-        mask = malloc(mn * sizeof *mask);
-        for (size_t i = 0; i < mn; i++)
-            mask[i] = h_uniform(0, 1) < 0.7;
-        for (int i = c->mask_rank - 1; i >= 0; i--) {
-            int axis = c->rank - c->mask_rank + i;
-            rm.ms[slot[c->rank][axis]] = c->mask_dims[i] == 1 ? 0 : (long)stride;
-            stride *= c->mask_dims[i];
-        }
-        rm.mask = mask;
-        tm = h_tensor(CLATTN_INT32, c->mask_rank, c->mask_dims, mask);
-        m.mask = &tm;
-    }
+    h_mask_make(&hm, &spec, c->rank, c->dims);
     clattn_tensor tx = h_tensor(CLATTN_FLOAT32, c->rank, c->dims, x);
     clattn_tensor ty = c->inplace ? tx : h_tensor(CLATTN_FLOAT32, c->rank, c->dims, NULL);
     if (!c->inplace)
         h_poison(&ty);
-    if (clattn_masked_softmax(h_ctx, &tx, &m, &ty) != CLATTN_SUCCESS)
+    if (clattn_masked_softmax(h_ctx, &tx, &hm.m, &ty) != CLATTN_SUCCESS)
         fail_msg("masked_softmax: %s", clattn_last_error(h_ctx));
     float *got = h_read(&ty);
-    ref_masked_softmax(&rm, x, ref);
+    ref_masked_softmax(&hm.r, x, ref);
     char what[160];
-    snprintf(what, sizeof what, "softmax rank %d (%zu,%zu,%zu,%zu) lens %d%s mask rank %d causal %d",
-             c->rank, d4[0], d4[1], Q, K, c->lens, c->lens_on_device ? " (device)" : "",
-             c->mask_rank, c->causal);
+    snprintf(what, sizeof what, "softmax rank %d (%d,%d,%d,%d) lens %d%s mask rank %d causal %d",
+             c->rank, hm.r.D0, hm.r.D1, hm.r.Q, hm.r.K, c->lens,
+             c->lens_on_device ? " (device)" : "", c->mask_rank, c->causal);
     h_assert_close(got, ref, n, SM_RTOL, SM_ATOL, what);
     check_rows_sum_to_one(got, n / K, K);
     free(got);
     if (!c->inplace)
         clattn_tensor_release(&ty);
     clattn_tensor_release(&tx);
-    clattn_tensor_release(&tl);
-    clattn_tensor_release(&tm);
-    free(x); free(ref); free(lens); free(mask);
+    h_mask_free(&hm);
+    free(x);
+    free(ref);
 }
 
 #define CASES(...)                                                    \

@@ -1,0 +1,256 @@
+/* clattn_dot_product_attention against the reference composed from the single-op references. */
+#include "harness.h"
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* out = sum_k w_k v_k: the weights carry the softmax's 1e-5 relative error plus the scores' float32
+ * rounding (about sqrt(d) ulp of |q||k| scale, amplified by exp); 1e-4 of the magnitude
+ * sum_k w_k |v_k| is 10x that, and far below what one wrong weight or value moves. */
+#define OUT_TOL 1e-4
+#define W_RTOL 1e-4 /* weights: score rounding at |score| ~ 1e3 (large logits) dominates */
+#define W_ATOL 1e-7
+
+typedef struct {
+    int nlead;
+    size_t lead[2];
+    int nq, nk, d, dv;
+    h_mask_spec mask;
+    double qscale; /* Q entries uniform in [-qscale, qscale]; 0 means 1 */
+    int no_weights;
+    float p;
+    unsigned long long seed;
+} att_case;
+
+static size_t batch_of(const att_case *c)
+{
+    size_t n = 1;
+    for (int i = 0; i < c->nlead; i++)
+        n *= c->lead[i];
+    return n;
+}
+
+static clattn_tensor make(const att_case *c, size_t rows, size_t cols, const float *host)
+{
+    size_t dims[4];
+    memcpy(dims, c->lead, sizeof(size_t) * c->nlead);
+    dims[c->nlead] = rows;
+    dims[c->nlead + 1] = cols;
+    return h_tensor(CLATTN_FLOAT32, c->nlead + 2, dims, host);
+}
+
+/* |out - ref| <= OUT_TOL * max(|ref|, sum_k w |v|) */
+static void assert_out(const float *got, const double *ref, const double *w, const double *v,
+                       const att_case *c, size_t nb, const char *what)
+{
+    size_t n = nb * c->nq * c->dv;
+    double *scale = malloc(n * sizeof *scale);
+    for (size_t b = 0; b < nb; b++)
+        for (int i = 0; i < c->nq; i++)
+            for (int j = 0; j < c->dv; j++) {
+                double m = 0;
+                for (int k = 0; k < c->nk; k++)
+                    m += fabs(w[(b * c->nq + i) * c->nk + k] * v[(b * c->nk + k) * c->dv + j]);
+                size_t o = (b * c->nq + i) * c->dv + j;
+                scale[o] = fmax(fabs(ref[o]), m) + 1e-30;
+            }
+    h_assert_scaled(got, ref, scale, n, OUT_TOL, what);
+    free(scale);
+}
+
+static void run(const att_case *c)
+{
+    size_t nb = batch_of(c), nq = c->nq, nk = c->nk;
+    size_t qn = nb * nq * c->d, kn = nb * nk * c->d, vn = nb * nk * c->dv;
+    size_t on = nb * nq * c->dv, wn = nb * nq * nk;
+    float *q = malloc(qn * 4), *k = malloc(kn * 4), *v = malloc(vn * 4);
+    double qs = c->qscale > 0 ? c->qscale : 1.0;
+    h_fill(q, qn, -qs, qs);
+    h_fill(k, kn, -1, 1);
+    h_fill(v, vn, -1, 1);
+    size_t sdims[4];
+    memcpy(sdims, c->lead, sizeof(size_t) * c->nlead);
+    sdims[c->nlead] = nq;
+    sdims[c->nlead + 1] = nk;
+    h_mask hm;
+    h_mask_make(&hm, &c->mask, c->nlead + 2, sdims);
+    clattn_tensor tq = make(c, nq, c->d, q), tk = make(c, nk, c->d, k), tv = make(c, nk, c->dv, v);
+    clattn_tensor to = make(c, nq, c->dv, NULL), tw = make(c, nq, nk, NULL);
+    h_poison(&to);
+    h_poison(&tw);
+    clattn_attention_opts opts;
+    memset(&opts, 0, sizeof opts);
+    opts.mask = hm.m;
+    opts.dropout.p = c->p;
+    opts.dropout.training = c->p > 0;
+    opts.dropout.seed = c->seed;
+    if (clattn_dot_product_attention(h_ctx, &tq, &tk, &tv, &opts, &to,
+                                     c->no_weights ? NULL : &tw) != CLATTN_SUCCESS)
+        fail_msg("dot_product_attention: %s", clattn_last_error(h_ctx));
+    double *qd = ref_to_double(q, qn), *kd = ref_to_double(k, kn), *vd = ref_to_double(v, vn);
+    double *rw = malloc(wn * 8), *ro = malloc(on * 8);
+    ref_dropout_params dp = {c->p, c->seed, 0};
+    ref_attention(&hm.r, c->d, c->dv, qd, kd, vd, 1.0 / sqrt((double)c->d), &dp, rw, ro);
+    char what[200];
+    snprintf(what, sizeof what, "attention batch %zu Q=%d K=%d d=%d dv=%d lens %d mask %d causal %d p=%g",
+             nb, c->nq, c->nk, c->d, c->dv, c->mask.lens, c->mask.mask_rank, c->mask.causal, c->p);
+    float *go = h_read(&to);
+    double *wd = rw;
+    if (c->p > 0) { /* the output uses the dropped weights */
+        wd = malloc(wn * 8);
+        memcpy(wd, rw, wn * 8);
+        ref_dropout(wd, wn, 0, c->seed, 0, c->p);
+    }
+    assert_out(go, ro, wd, vd, c, nb, what);
+    if (!c->no_weights) {
+        float *gw = h_read(&tw);
+        h_assert_close(gw, rw, wn, W_RTOL, W_ATOL, what);
+        free(gw);
+    }
+    if (wd != rw)
+        free(wd);
+    free(go);
+    clattn_tensor_release(&tq); clattn_tensor_release(&tk); clattn_tensor_release(&tv);
+    clattn_tensor_release(&to); clattn_tensor_release(&tw);
+    h_mask_free(&hm);
+    free(q); free(k); free(v); free(qd); free(kd); free(vd); free(rw); free(ro);
+}
+
+#define CASES(...)                                                 \
+    do {                                                           \
+        const att_case cs_[] = {__VA_ARGS__};                      \
+        for (size_t i_ = 0; i_ < sizeof cs_ / sizeof cs_[0]; i_++) \
+            run(&cs_[i_]);                                         \
+    } while (0)
+
+static void test_shapes(void **s)
+{
+    (void)s;
+    CASES({1, {2}, 1, 1, 1, 1}, {1, {3}, 97, 131, 59, 23}, {1, {2}, 131, 97, 111, 7},
+          {0, {0}, 13, 17, 8, 9}, {2, {2, 3}, 11, 13, 16, 5}, {1, {1}, 1, 97, 1, 111},
+          {1, {2}, 33, 31, 64, 64, .no_weights = 1});
+}
+
+static void test_valid_lens(void **s)
+{
+    (void)s;
+    static const int l1[] = {0, 13, 1, 7};
+    CASES({1, {4}, 5, 13, 8, 6, {H_LENS_1D, 0, l1}},
+          {1, {3}, 9, 31, 12, 5, {H_LENS_2D}},
+          {2, {2, 3}, 4, 17, 8, 8, {H_LENS_1D}},
+          {1, {3}, 9, 31, 12, 5, {H_LENS_2D, 1}},
+          {1, {4}, 5, 13, 8, 6, {H_LENS_1D, 0, l1}, .no_weights = 1});
+}
+
+static void test_masks_and_causal(void **s)
+{
+    (void)s;
+    CASES({1, {2}, 9, 9, 8, 8, {.causal = 1}}, {1, {2}, 7, 12, 8, 3, {.causal = 1}},
+          {1, {2}, 12, 7, 8, 3, {.causal = 1}},
+          {1, {3}, 10, 10, 4, 4, {H_LENS_1D, .causal = 1}},
+          {1, {2}, 6, 19, 5, 7, {.mask_rank = 2, .mask_dims = {6, 19}}},
+          {2, {2, 3}, 6, 19, 5, 7, {.mask_rank = 4, .mask_dims = {2, 1, 1, 19}}},
+          {1, {2}, 6, 19, 5, 7, {.mask_rank = 3, .mask_dims = {2, 6, 19}, .fill = -1e9f}});
+}
+
+static void test_large_logits(void **s)
+{
+    (void)s;
+    CASES({1, {2}, 8, 40, 32, 8, .qscale = 300}, {1, {2}, 8, 40, 32, 8, {H_LENS_2D, .causal = 1}, .qscale = 300});
+}
+
+/* d2l 11.3: keys all ones, so every valid key scores the same: uniform weights over the valid
+ * prefix and an output equal to the mean of the valid values (arange(40) as (2, 10, 4)). */
+static void test_toy_identical_keys(void **s)
+{
+    (void)s;
+    float q[2 * 2], k[2 * 10 * 2], v[2 * 10 * 4];
+    h_fill(q, 4, -2, 2);
+    for (int i = 0; i < 40; i++)
+        k[i] = 1.0f;
+    for (int b = 0; b < 2; b++)
+        for (int i = 0; i < 40; i++)
+            v[b * 40 + i] = (float)i;
+    int lens[2] = {2, 6};
+    clattn_tensor tq = h_tensor(CLATTN_FLOAT32, 3, H_DIMS(2, 1, 2), q);
+    clattn_tensor tk = h_tensor(CLATTN_FLOAT32, 3, H_DIMS(2, 10, 2), k);
+    clattn_tensor tv = h_tensor(CLATTN_FLOAT32, 3, H_DIMS(2, 10, 4), v);
+    clattn_tensor to = h_tensor(CLATTN_FLOAT32, 3, H_DIMS(2, 1, 4), NULL);
+    clattn_tensor tw = h_tensor(CLATTN_FLOAT32, 3, H_DIMS(2, 1, 10), NULL);
+    clattn_attention_opts o = {0};
+    o.mask.valid_lens_host = lens;
+    o.mask.lens_ndim = 1;
+    o.mask.lens_dims[0] = 2;
+    o.dropout.p = 0.5f; /* eval mode: training = 0 */
+    assert_int_equal(clattn_dot_product_attention(h_ctx, &tq, &tk, &tv, &o, &to, &tw), CLATTN_SUCCESS);
+    float *out = h_read(&to), *w = h_read(&tw);
+    const float want[8] = {2, 3, 4, 5, 10, 11, 12, 13};
+    for (int i = 0; i < 8; i++)
+        assert_true(fabs(out[i] - want[i]) < 1e-5 * 13);
+    for (int b = 0; b < 2; b++)
+        for (int j = 0; j < 10; j++)
+            assert_true(fabs(w[b * 10 + j] - (j < lens[b] ? 1.0 / lens[b] : 0.0)) < 1e-6);
+    free(out); free(w);
+    clattn_tensor_release(&tq); clattn_tensor_release(&tk); clattn_tensor_release(&tv);
+    clattn_tensor_release(&to); clattn_tensor_release(&tw);
+}
+
+static void test_dropout(void **s)
+{
+    (void)s;
+    /* the reference applies the same Philox mask, so this checks mask and scaling exactly */
+    CASES({1, {2}, 16, 24, 8, 8, .p = 0.3f, .seed = 7}, {1, {3}, 5, 9, 4, 6, {H_LENS_1D}, .p = 0.5f, .seed = 99},
+          {1, {2}, 16, 24, 8, 8, .p = 1.0f, .seed = 1});
+}
+
+/* same seed: identical output; another seed: different; weights unaffected by dropout */
+static void test_dropout_reproducible(void **s)
+{
+    (void)s;
+    float q[2 * 8 * 4], k[2 * 8 * 4], v[2 * 8 * 4];
+    h_fill(q, 64, -1, 1);
+    h_fill(k, 64, -1, 1);
+    h_fill(v, 64, -1, 1);
+    clattn_tensor tq = h_tensor(CLATTN_FLOAT32, 3, H_DIMS(2, 8, 4), q);
+    clattn_tensor tk = h_tensor(CLATTN_FLOAT32, 3, H_DIMS(2, 8, 4), k);
+    clattn_tensor tv = h_tensor(CLATTN_FLOAT32, 3, H_DIMS(2, 8, 4), v);
+    clattn_tensor to = h_tensor(CLATTN_FLOAT32, 3, H_DIMS(2, 8, 4), NULL);
+    clattn_tensor tw = h_tensor(CLATTN_FLOAT32, 3, H_DIMS(2, 8, 8), NULL);
+    clattn_attention_opts o = {0};
+    float *outs[3], *ws[3];
+    unsigned long long seeds[3] = {5, 5, 6};
+    for (int r = 0; r < 3; r++) {
+        o.dropout.p = 0.4f;
+        o.dropout.training = 1;
+        o.dropout.seed = seeds[r];
+        assert_int_equal(clattn_dot_product_attention(h_ctx, &tq, &tk, &tv, &o, &to, &tw), CLATTN_SUCCESS);
+        outs[r] = h_read(&to);
+        ws[r] = h_read(&tw);
+    }
+    o.dropout.training = 0;
+    assert_int_equal(clattn_dot_product_attention(h_ctx, &tq, &tk, &tv, &o, &to, &tw), CLATTN_SUCCESS);
+    float *w_eval = h_read(&tw);
+    assert_memory_equal(outs[0], outs[1], 64 * 4);
+    assert_memory_not_equal(outs[0], outs[2], 64 * 4);
+    for (int r = 0; r < 3; r++)
+        assert_memory_equal(ws[r], w_eval, 128 * 4);
+    for (int r = 0; r < 3; r++) {
+        free(outs[r]);
+        free(ws[r]);
+    }
+    free(w_eval);
+    clattn_tensor_release(&tq); clattn_tensor_release(&tk); clattn_tensor_release(&tv);
+    clattn_tensor_release(&to); clattn_tensor_release(&tw);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_shapes),          cmocka_unit_test(test_valid_lens),
+        cmocka_unit_test(test_masks_and_causal), cmocka_unit_test(test_large_logits),
+        cmocka_unit_test(test_toy_identical_keys), cmocka_unit_test(test_dropout),
+        cmocka_unit_test(test_dropout_reproducible),
+    };
+    return cmocka_run_group_tests(tests, h_setup, h_teardown);
+}

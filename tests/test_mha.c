@@ -1,0 +1,218 @@
+/* clattn_multihead_attention against d2l's MultiHeadAttention composed from the references. */
+#include "harness.h"
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The output goes through two more float32 GEMMs than dot-product attention: 1e-4 of the
+ * magnitude sum_j |concat_j W_o[:, j]| (plus the bias) still leaves a 10x margin over rounding. */
+#define OUT_TOL 1e-4
+#define W_RTOL 1e-4
+#define W_ATOL 1e-7
+
+typedef struct {
+    int B, nq, nk, qs, ks, vs, hid, H, os;
+    int bias;
+    h_mask_spec mask;
+    float p;
+    unsigned long long seed;
+    int no_weights;
+} mha_case;
+
+typedef struct {
+    float *data;
+    clattn_tensor t;
+} param;
+
+/* rows == 0: a 1-D vector (a bias) of cols elements */
+static param make_param(size_t rows, size_t cols, double bound)
+{
+    param p;
+    size_t n = (rows ? rows : 1) * cols;
+    p.data = malloc(n * 4);
+    h_fill(p.data, n, -bound, bound);
+    p.t = rows == 0 ? h_tensor(CLATTN_FLOAT32, 1, H_DIMS(cols), p.data)
+                    : h_tensor(CLATTN_FLOAT32, 2, H_DIMS(rows, cols), p.data);
+    return p;
+}
+
+static void free_param(param *p)
+{
+    free(p->data);
+    clattn_tensor_release(&p->t);
+}
+
+/* (B, T, H*dh) -> (B, H, T, dh) */
+static double *split_heads(const double *x, int B, int T, int H, int dh)
+{
+    double *y = malloc((size_t)B * T * H * dh * sizeof *y);
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++)
+            for (int h = 0; h < H; h++)
+                for (int e = 0; e < dh; e++)
+                    y[(((size_t)b * H + h) * T + t) * dh + e] = x[(((size_t)b * T + t) * H + h) * dh + e];
+    return y;
+}
+
+static void run(const mha_case *c)
+{
+    int B = c->B, nq = c->nq, nk = c->nk, hid = c->hid, H = c->H, dh = hid / H;
+    double bq = 1 / sqrt(c->qs), bk = 1 / sqrt(c->ks), bv = 1 / sqrt(c->vs), bo = 1 / sqrt(hid);
+    param q = make_param((size_t)B * nq, c->qs, 1), k = make_param((size_t)B * nk, c->ks, 1);
+    param v = make_param((size_t)B * nk, c->vs, 1);
+    param Wq = make_param(hid, c->qs, bq), Wk = make_param(hid, c->ks, bk);
+    param Wv = make_param(hid, c->vs, bv), Wo = make_param(c->os, hid, bo);
+    param b_q = make_param(0, hid, bq), b_k = make_param(0, hid, bk), b_v = make_param(0, hid, bv);
+    param b_o = make_param(0, c->os, bo);
+    /* views with the batch dim for the inputs */
+    clattn_tensor tq = clattn_view(q.t.buf, CLATTN_FLOAT32, 0, 3, H_DIMS(B, nq, c->qs));
+    clattn_tensor tk = clattn_view(k.t.buf, CLATTN_FLOAT32, 0, 3, H_DIMS(B, nk, c->ks));
+    clattn_tensor tv = clattn_view(v.t.buf, CLATTN_FLOAT32, 0, 3, H_DIMS(B, nk, c->vs));
+    clattn_tensor to = h_tensor(CLATTN_FLOAT32, 3, H_DIMS(B, nq, c->os), NULL);
+    clattn_tensor tw = h_tensor(CLATTN_FLOAT32, 4, H_DIMS(B, H, nq, nk), NULL);
+    h_poison(&to);
+    h_poison(&tw);
+    h_mask hm;
+    h_mask_make(&hm, &c->mask, 4, H_DIMS(B, H, nq, nk));
+    clattn_mha_weights w = {H, &Wq.t, &Wk.t, &Wv.t, &Wo.t, NULL, NULL, NULL, NULL};
+    if (c->bias) {
+        w.b_q = &b_q.t; w.b_k = &b_k.t; w.b_v = &b_v.t; w.b_o = &b_o.t;
+    }
+    clattn_attention_opts o = {0};
+    o.mask = hm.m;
+    o.dropout.p = c->p;
+    o.dropout.training = c->p > 0;
+    o.dropout.seed = c->seed;
+    if (clattn_multihead_attention(h_ctx, &tq, &tk, &tv, &w, &o, &to, c->no_weights ? NULL : &tw) !=
+        CLATTN_SUCCESS)
+        fail_msg("multihead_attention: %s", clattn_last_error(h_ctx));
+
+    /* reference: project, split heads, attend per (b, h), concatenate, project */
+    double *Qp = malloc((size_t)B * nq * hid * 8), *Kp = malloc((size_t)B * nk * hid * 8);
+    double *Vp = malloc((size_t)B * nk * hid * 8);
+    ref_linear(B * nq, c->qs, hid, q.data, Wq.data, c->bias ? b_q.data : NULL, Qp);
+    ref_linear(B * nk, c->ks, hid, k.data, Wk.data, c->bias ? b_k.data : NULL, Kp);
+    ref_linear(B * nk, c->vs, hid, v.data, Wv.data, c->bias ? b_v.data : NULL, Vp);
+    double *Qh = split_heads(Qp, B, nq, H, dh), *Kh = split_heads(Kp, B, nk, H, dh);
+    double *Vh = split_heads(Vp, B, nk, H, dh);
+    size_t wn = (size_t)B * H * nq * nk, on = (size_t)B * nq * c->os;
+    double *rw = malloc(wn * 8), *Oh = malloc((size_t)B * H * nq * dh * 8);
+    ref_dropout_params dp = {c->p, c->seed, 0};
+    ref_attention(&hm.r, dh, dh, Qh, Kh, Vh, 1 / sqrt(dh), &dp, rw, Oh);
+    double *concat = malloc((size_t)B * nq * hid * 8), *ro = malloc(on * 8), *mag = malloc(on * 8);
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < H; h++)
+            for (int t = 0; t < nq; t++)
+                for (int e = 0; e < dh; e++)
+                    concat[(((size_t)b * nq + t) * H + h) * dh + e] = Oh[(((size_t)b * H + h) * nq + t) * dh + e];
+    double *Wod = ref_to_double(Wo.data, (size_t)c->os * hid);
+    ref_gemm(B * nq, c->os, hid, concat, 0, Wod, 1, ro);
+    for (size_t i = 0; i < (size_t)B * nq * hid; i++)
+        concat[i] = fabs(concat[i]);
+    for (size_t i = 0; i < (size_t)c->os * hid; i++)
+        Wod[i] = fabs(Wod[i]);
+    ref_gemm(B * nq, c->os, hid, concat, 0, Wod, 1, mag);
+    for (size_t i = 0; i < on; i++) {
+        double bias = c->bias ? b_o.data[i % c->os] : 0;
+        ro[i] += bias;
+        mag[i] = fmax(fabs(ro[i]), mag[i] + fabs(bias)) + 1e-30;
+    }
+    char what[200];
+    snprintf(what, sizeof what, "mha B=%d Q=%d K=%d qs=%d ks=%d vs=%d hid=%d H=%d os=%d bias=%d lens %d mask %d causal %d p=%g",
+             B, nq, nk, c->qs, c->ks, c->vs, hid, H, c->os, c->bias, c->mask.lens, c->mask.mask_rank,
+             c->mask.causal, c->p);
+    float *go = h_read(&to);
+    h_assert_scaled(go, ro, mag, on, OUT_TOL, what);
+    if (!c->no_weights) {
+        float *gw = h_read(&tw);
+        h_assert_close(gw, rw, wn, W_RTOL, W_ATOL, what);
+        free(gw);
+    }
+    free(go);
+    param *ps[] = {&q, &k, &v, &Wq, &Wk, &Wv, &Wo, &b_q, &b_k, &b_v, &b_o};
+    for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++)
+        free_param(ps[i]);
+    clattn_tensor_release(&to);
+    clattn_tensor_release(&tw);
+    h_mask_free(&hm);
+    free(Qp); free(Kp); free(Vp); free(Qh); free(Kh); free(Vh); free(rw); free(Oh);
+    free(concat); free(ro); free(mag); free(Wod);
+}
+
+#define CASES(...)                                                 \
+    do {                                                           \
+        const mha_case cs_[] = {__VA_ARGS__};                      \
+        for (size_t i_ = 0; i_ < sizeof cs_ / sizeof cs_[0]; i_++) \
+            run(&cs_[i_]);                                         \
+    } while (0)
+
+static void test_d2l_example(void **s)
+{
+    (void)s;
+    static const int lens[] = {3, 2};
+    /* num_hiddens 100, 5 heads, batch 2, 4 queries, 6 key-value pairs, valid_lens [3, 2] */
+    CASES({2, 4, 6, 100, 100, 100, 100, 5, 100, 0, {H_LENS_1D, 0, lens}});
+}
+
+static void test_heads_and_sizes(void **s)
+{
+    (void)s;
+    CASES({1, 1, 1, 1, 1, 1, 1, 1, 1}, {2, 7, 11, 5, 9, 13, 16, 1, 16},
+          {2, 9, 13, 12, 7, 5, 64, 8, 24, 1}, {3, 5, 97, 3, 4, 6, 8, 8, 5, 1},
+          {2, 31, 17, 16, 16, 16, 32, 4, 32, 1, .no_weights = 1});
+}
+
+static void test_masks(void **s)
+{
+    (void)s;
+    CASES({3, 6, 9, 8, 10, 12, 16, 4, 16, 1, {H_LENS_1D}},
+          {3, 6, 9, 8, 10, 12, 16, 4, 16, 1, {H_LENS_2D}},
+          {2, 9, 9, 8, 8, 8, 16, 2, 16, 0, {.causal = 1}},
+          {2, 9, 9, 8, 8, 8, 16, 2, 16, 0, {H_LENS_1D, .causal = 1}},
+          {2, 5, 7, 8, 8, 8, 16, 4, 16, 0, {.mask_rank = 4, .mask_dims = {2, 1, 5, 7}}},
+          {2, 5, 7, 8, 8, 8, 16, 4, 16, 0, {.mask_rank = 2, .mask_dims = {5, 7}, .fill = -1e9f}});
+}
+
+static void test_dropout(void **s)
+{
+    (void)s;
+    CASES({2, 6, 9, 8, 10, 12, 16, 4, 16, 1, {H_LENS_1D}, 0.3f, 17});
+}
+
+static void test_bad(void **s)
+{
+    (void)s;
+    param q = make_param(2 * 3, 8, 1), W = make_param(8, 8, 1), W6 = make_param(6, 8, 1);
+    clattn_tensor tq = clattn_view(q.t.buf, CLATTN_FLOAT32, 0, 3, H_DIMS(2, 3, 8));
+    clattn_tensor tk2 = clattn_view(q.t.buf, CLATTN_FLOAT32, 0, 3, H_DIMS(2, 2, 8));
+    float o0[2 * 3 * 8];
+    h_fill(o0, 48, -1, 1);
+    clattn_tensor to = h_tensor(CLATTN_FLOAT32, 3, H_DIMS(2, 3, 8), o0);
+    clattn_mha_weights w = {3, &W.t, &W.t, &W.t, &W.t, NULL, NULL, NULL, NULL};
+    h_assert_error(clattn_multihead_attention(h_ctx, &tq, &tq, &tq, &w, NULL, &to, NULL),
+                   CLATTN_ERROR_INVALID_ARGUMENT, "num_heads: 3 does not divide num_hiddens 8");
+    w.num_heads = 2;
+    w.W_k = &W6.t;
+    h_assert_error(clattn_multihead_attention(h_ctx, &tq, &tq, &tq, &w, NULL, &to, NULL),
+                   CLATTN_ERROR_SHAPE_MISMATCH, "w.W_k");
+    w.W_k = &W.t;
+    h_assert_error(clattn_multihead_attention(h_ctx, &tq, &tq, &tk2, &w, NULL, &to, NULL),
+                   CLATTN_ERROR_SHAPE_MISMATCH, "values: 2 rows");
+    clattn_attention_opts o = {0};
+    o.dropout.p = 2.0f;
+    h_assert_error(clattn_multihead_attention(h_ctx, &tq, &tq, &tq, &w, &o, &to, NULL),
+                   CLATTN_ERROR_INVALID_ARGUMENT, "opts.dropout.p");
+    h_assert_bytes(&to, o0, "out");
+    free_param(&q); free_param(&W); free_param(&W6);
+    clattn_tensor_release(&to);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_d2l_example), cmocka_unit_test(test_heads_and_sizes),
+        cmocka_unit_test(test_masks), cmocka_unit_test(test_dropout), cmocka_unit_test(test_bad),
+    };
+    return cmocka_run_group_tests(tests, h_setup, h_teardown);
+}
