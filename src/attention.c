@@ -41,9 +41,12 @@ clattn_status clattn__attention_core(clattn_context *ctx, const clattn_tensor *Q
                                      const clattn_tensor *out, const clattn_tensor *weights)
 {
     clattn_status st = CLATTN_SUCCESS;
-    clattn_tuning tune;
+    clattn_tuning tune, att;
     cl_mem buf = NULL;
     size_t nq = Q->dims[Q->ndim - 2], nk = K->dims[K->ndim - 2];
+    CHECK_ST(clattn__tune(ctx, "attention", &att));
+    if (!weights && clattn__flash_supports(&att, Q->dims[Q->ndim - 1], V->dims[V->ndim - 1]))
+        return clattn__enqueue_flash(ctx, &att, Q, K, V, mask, dropout, scale, out);
     size_t n = clattn__batch_count(Q, 2) * nq * nk;
     int drop = clattn__dropout_active(dropout);
     /* Scores go straight into the caller's weights when asked for, else into scratch; dropout

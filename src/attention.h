@@ -13,6 +13,17 @@ clattn_status clattn__enqueue_dropout(clattn_context *ctx, cl_mem x, size_t x_of
                                       size_t y_off, size_t n, unsigned long long first,
                                       const clattn_dropout_params *p);
 
+/* Philox threshold: an element is kept when 24 random bits are >= round(p * 2^24). */
+unsigned clattn__dropout_threshold(float p);
+
+/* flash.c: the fused path for attention with no weights requested. */
+int clattn__flash_supports(const clattn_tuning *tune, size_t d, size_t dv);
+clattn_status clattn__enqueue_flash(clattn_context *ctx, const clattn_tuning *tune,
+                                    const clattn_tensor *Q, const clattn_tensor *K,
+                                    const clattn_tensor *V, const clattn_mask_args *m,
+                                    const clattn_dropout_params *dropout, float scale,
+                                    const clattn_tensor *out);
+
 /* heads.c: (B, T, H, dh) <-> (B, H, T, dh) between two buffers. */
 clattn_status clattn__enqueue_heads(clattn_context *ctx, cl_mem src, size_t s_off, cl_mem dst,
                                     size_t d_off, int B, int T, int H, int dh, int to_heads);

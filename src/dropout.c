@@ -14,6 +14,11 @@ fail:
     return st;
 }
 
+unsigned clattn__dropout_threshold(float p)
+{
+    return (unsigned)lrint((double)p * 16777216.0);
+}
+
 int clattn__dropout_active(const clattn_dropout_params *p)
 {
     return p && p->training && p->p > 0.0f;
@@ -30,7 +35,7 @@ clattn_status clattn__enqueue_dropout(clattn_context *ctx, cl_mem x, size_t x_of
     cl_uint2 seed = {{(cl_uint)p->seed, (cl_uint)(p->seed >> 32)}};
     cl_uint2 off = {{(cl_uint)p->offset, (cl_uint)(p->offset >> 32)}};
     /* keep when 24 random bits >= threshold: P(keep) = 1 - threshold / 2^24 = 1 - p */
-    cl_uint threshold = (cl_uint)lrint((double)p->p * 16777216.0);
+    cl_uint threshold = clattn__dropout_threshold(p->p);
     float scale = p->p < 1.0f ? 1.0f / (1.0f - p->p) : 0.0f;
     CHECK_ST(clattn__get_kernel(ctx, "dropout.cl", "", "dropout", &k));
     CHECK_ST(clattn__set_args(ctx, k, "dropout", ARG(x), ARG(xo), ARG(y), ARG(yo), ARG(nn), ARG(f),

@@ -7,8 +7,8 @@
 #include <stdint.h>
 
 #define CLATTN_ERR_SIZE 16384
-#define CLATTN_MAX_PROGRAMS 32
-#define CLATTN_MAX_KERNELS 64
+#define CLATTN_MAX_PROGRAMS 64
+#define CLATTN_MAX_KERNELS 128
 
 /* Scratch slots: each op layer owns one, so a module's intermediates (projections, heads) never
  * collide with the scores of the attention it calls or the packing buffers of its matmuls. */

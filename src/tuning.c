@@ -26,6 +26,12 @@ static const variant_def variants[] = {
     {"softmax", "cpu", "VW=8"},
     /* GPU shape: one work-group per row, tree reductions in local memory. */
     {"softmax", "gpu", "WG=128"},
+    /* CPU shape: fused, QR query rows x KB keys in vector registers, K and V packed per block. */
+    {"attention", "cpu", "QR=4:KB=32"},
+    /* GPU shape: fused, a work-group of BQ rows shares BK-key tiles of K and V in local memory. */
+    {"attention", "gpu", "BQ=64:BK=16"},
+    /* GEMM, masked softmax, GEMM: the path taken whenever the weights are returned. */
+    {"attention", "unfused", ""},
 };
 
 typedef struct {
@@ -41,6 +47,8 @@ static const rule rules[] = {
     {CL_DEVICE_TYPE_CPU, NULL, NULL, "softmax", "cpu", ""},
     {0, NULL, NULL, "matmul", "gpu", ""},
     {0, NULL, NULL, "softmax", "gpu", ""},
+    {CL_DEVICE_TYPE_CPU, NULL, NULL, "attention", "cpu", ""},
+    {0, NULL, NULL, "attention", "gpu", ""},
 };
 
 static int ci_contains(const char *hay, const char *needle)

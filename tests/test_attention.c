@@ -59,7 +59,7 @@ static void assert_out(const float *got, const double *ref, const double *w, con
     free(scale);
 }
 
-static void run(const att_case *c)
+static void run_mode(const att_case *c)
 {
     size_t nb = batch_of(c), nq = c->nq, nk = c->nk;
     size_t qn = nb * nq * c->d, kn = nb * nk * c->d, vn = nb * nk * c->dv;
@@ -115,6 +115,17 @@ static void run(const att_case *c)
     clattn_tensor_release(&to); clattn_tensor_release(&tw);
     h_mask_free(&hm);
     free(q); free(k); free(v); free(qd); free(kd); free(vd); free(rw); free(ro);
+}
+
+/* Each case runs with the weights requested (the unfused chain) and without (the fused kernel,
+ * unless CLATTN_TUNE says attention=unfused): both must match the reference. */
+static void run(const att_case *c)
+{
+    att_case fused = *c;
+    fused.no_weights = 1;
+    if (!c->no_weights)
+        run_mode(c);
+    run_mode(&fused);
 }
 
 #define CASES(...)                                                 \

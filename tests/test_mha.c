@@ -55,7 +55,7 @@ static double *split_heads(const double *x, int B, int T, int H, int dh)
     return y;
 }
 
-static void run(const mha_case *c)
+static void run_mode(const mha_case *c)
 {
     int B = c->B, nq = c->nq, nk = c->nk, hid = c->hid, H = c->H, dh = hid / H;
     double bq = 1 / sqrt(c->qs), bk = 1 / sqrt(c->ks), bv = 1 / sqrt(c->vs), bo = 1 / sqrt(hid);
@@ -138,6 +138,16 @@ static void run(const mha_case *c)
     h_mask_free(&hm);
     free(Qp); free(Kp); free(Vp); free(Qh); free(Kh); free(Vh); free(rw); free(Oh);
     free(concat); free(ro); free(mag); free(Wod);
+}
+
+/* With the per-head weights requested (unfused) and without (fused attention core). */
+static void run(const mha_case *c)
+{
+    mha_case fused = *c;
+    fused.no_weights = 1;
+    if (!c->no_weights)
+        run_mode(c);
+    run_mode(&fused);
 }
 
 #define CASES(...)                                                 \

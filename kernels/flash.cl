@@ -1,0 +1,280 @@
+/* clattn fused scaled-dot-product attention (flash-attention style): out = dropout(softmax(mask(
+ * Q K^T * scale))) V with an online softmax over key blocks, never materialising the scores.
+ *
+ * Layout: Q (nb, nq, d), K (nb, nk, d), V (nb, nk, dv), O (nb, nq, dv), row-major float32 at element
+ * offsets; batch bb is (d0, d1) = (bb / D1, bb % D1) for the mask (see common.cl). Blocked keys score
+ * `fill`, exactly as the unfused path, so a row with every key blocked averages all values. A key
+ * block past every row's length/causal limit is skipped once each row's running max exceeds
+ * fill + 120: from then on exp(fill - max) is 0 in float32, so skipping changes nothing.
+ * Dropout element (bb, q, k) uses stream index (bb * nq + q) * nk + k, as the unfused weights.
+ *
+ * Variants:
+ * - CPU shape (flash_pack_k, flash_pack_v, flash_cpu): K is packed per block of KB keys as
+ *   (d, KB) panels and V as zero-padded (KB, DVP) rows, so the inner loops are unit-stride
+ *   16-wide vector loads without bounds checks; each work-item keeps QR query rows' scores
+ *   (QR x KB) and outputs (QR x DVP) in registers.
+ * - GPU shape (flash_gpu): a work-group of BQ items owns BQ query rows; K and V tiles of BK keys are
+ *   staged in local memory by the whole group (coalesced), each item keeps its row of q and of the
+ *   output in private memory. */
+#include "common.cl"
+
+#ifndef QR
+#define QR 4
+#endif
+#ifndef KB
+#define KB 32
+#endif
+#ifndef DVP
+#define DVP 64
+#endif
+#ifndef DP
+#define DP 64
+#endif
+#ifndef BQ
+#define BQ 64
+#endif
+#ifndef BK
+#define BK 16
+#endif
+#if KB % 16 != 0 || DVP % 16 != 0
+#error "KB and DVP must be multiples of 16"
+#endif
+#define NKV (KB / 16)
+#define NVD (DVP / 16)
+#define LANES16 (int16)(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15)
+/* exp(fill - m) is exactly 0 in float32 once m - fill exceeds this */
+#define NEGLIGIBLE 120.0f
+
+#define FLASH_MASK_PARAMS                                                                        \
+    int D1, __global const int *lens, int lens_off, int lens_mode, __global const int *mask,    \
+        int mask_off, int4 ms, int causal, float fill
+#define FLASH_DROP_PARAMS int drop, uint2 seed, uint2 offset, uint threshold, float dscale
+
+/* kt[bb][blk][e][w] = K[bb][blk * KB + w][e], zero for keys >= nk. One work-item per key. */
+__kernel void flash_pack_k(__global const float *K, int k_off, int nk, int d, int nblk,
+                           __global float *kt)
+{
+    int k = get_global_id(0), bb = get_global_id(1);
+    __global float *dst = kt + ((size_t)(bb * nblk + k / KB) * d) * KB + k % KB;
+    __global const float *src = K + k_off + ((size_t)bb * nk + k) * d;
+    for (int e = 0; e < d; e++)
+        dst[e * KB] = k < nk ? src[e] : 0.0f;
+}
+
+/* vp[bb][k][c] = V[bb][k][c] for k < nk and c < dv, else 0. One work-item per key. */
+__kernel void flash_pack_v(__global const float *V, int v_off, int nk, int dv, int nblk,
+                           __global float *vp, int vp_off)
+{
+    int k = get_global_id(0), bb = get_global_id(1);
+    __global float *dst = vp + vp_off + ((size_t)bb * nblk * KB + k) * DVP;
+    __global const float *src = V + v_off + ((size_t)bb * nk + k) * dv;
+    for (int c = 0; c < DVP; c++)
+        dst[c] = (k < nk && c < dv) ? src[c] : 0.0f;
+}
+
+/* Scores of one row for 16 keys from kidx: masked (fill) or padding (-inf). */
+inline float16 mask16(float16 s, int kidx, int nk, int limit, __global const int *mrow, int msk,
+                      float fill)
+{
+    int16 idx = (int16)(kidx) + LANES16;
+    int16 ok = idx < (int16)(limit);
+    if (mrow) {
+        int16 m;
+        if (msk == 1 && kidx + 16 <= nk) {
+            m = vload16(0, mrow + kidx);
+        } else {
+            int t[16];
+            for (int i = 0; i < 16; i++)
+                t[i] = kidx + i < nk ? mrow[msk * (kidx + i)] : 0;
+            m = vload16(0, t);
+        }
+        ok = ok & (m != (int16)(0));
+    }
+    s = select((float16)(fill), s, ok);
+    return select((float16)(-INFINITY), s, idx < (int16)(nk));
+}
+
+inline float hmax16(float16 v)
+{
+    float8 a = fmax(v.lo, v.hi);
+    float4 b = fmax(a.lo, a.hi);
+    return fmax(fmax(b.x, b.y), fmax(b.z, b.w));
+}
+
+inline float hsum16(float16 v)
+{
+    float8 a = v.lo + v.hi;
+    float4 b = a.lo + a.hi;
+    return (b.x + b.y) + (b.z + b.w);
+}
+
+/* p * dscale where element e of the dropout stream is kept, else 0. */
+inline float16 drop16(float16 p, ulong e, uint2 seed, uint2 offset, uint threshold, float dscale)
+{
+    float t[16];
+    vstore16(p, 0, t);
+    for (int i = 0; i < 16; i++)
+        t[i] = clattn_dropout_keep(e + (ulong)i, seed, offset, threshold) ? t[i] * dscale : 0.0f;
+    return vload16(0, t);
+}
+
+__kernel void flash_cpu(__global const float *Q, int q_off, __global const float *kt,
+                        __global const float *vp, int vp_off, __global float *O, int o_off, int nq, int nk,
+                        int d, int dv, int nblk, float scale, FLASH_MASK_PARAMS,
+                        FLASH_DROP_PARAMS)
+{
+    int g = get_global_id(0), bb = get_global_id(1);
+    int d0 = bb / D1, d1 = bb % D1;
+    int row[QR], limit[QR], maxlimit = 0;
+    __global const int *mrow[QR];
+    __global const float *qr[QR];
+    float m[QR], l[QR];
+    float16 acc[QR][NVD];
+    for (int r = 0; r < QR; r++) {
+        row[r] = min(g * QR + r, nq - 1); /* rows past nq recompute the last one, unwritten */
+        limit[r] = clattn_row_limit(d0, row[r], nk, lens, lens_off, lens_mode, nq, causal);
+        maxlimit = max(maxlimit, limit[r]);
+        mrow[r] = clattn_mask_row(mask, mask_off, ms, d0, d1, row[r]);
+        qr[r] = Q + q_off + ((size_t)bb * nq + row[r]) * d;
+        m[r] = -INFINITY;
+        l[r] = 0.0f;
+        for (int c = 0; c < NVD; c++)
+            acc[r][c] = (float16)(0.0f);
+    }
+    for (int blk = 0; blk < nblk; blk++) {
+        int kbase = blk * KB;
+        int all_negligible = 1;
+        for (int r = 0; r < QR; r++)
+            all_negligible &= m[r] > fill + NEGLIGIBLE;
+        if (kbase >= maxlimit && all_negligible)
+            break; /* every later key is blocked and contributes exactly 0 */
+        float16 s[QR][NKV];
+        for (int r = 0; r < QR; r++)
+            for (int j = 0; j < NKV; j++)
+                s[r][j] = (float16)(0.0f);
+        __global const float *ktb = kt + (size_t)(bb * nblk + blk) * d * KB;
+        for (int e = 0; e < d; e++) {
+            float16 kv[NKV];
+            for (int j = 0; j < NKV; j++)
+                kv[j] = vload16(j, ktb + e * KB);
+            for (int r = 0; r < QR; r++) {
+                float16 qv = (float16)(qr[r][e]);
+                for (int j = 0; j < NKV; j++)
+                    s[r][j] = mad(qv, kv[j], s[r][j]);
+            }
+        }
+        float pb[QR][KB];
+        for (int r = 0; r < QR; r++) {
+            float bm = -INFINITY;
+            for (int j = 0; j < NKV; j++) {
+                s[r][j] = mask16(s[r][j] * (float16)(scale), kbase + 16 * j, nk, limit[r], mrow[r],
+                                 ms.w, fill);
+                bm = fmax(bm, hmax16(s[r][j]));
+            }
+            float mn = fmax(m[r], bm), corr = exp(m[r] - mn);
+            float bs = 0.0f;
+            for (int j = 0; j < NKV; j++) {
+                float16 p = exp(s[r][j] - (float16)(mn));
+                bs += hsum16(p);
+                if (drop)
+                    p = drop16(p, ((ulong)bb * nq + row[r]) * nk + kbase + 16 * j, seed, offset,
+                               threshold, dscale);
+                vstore16(p, j, pb[r]);
+            }
+            l[r] = l[r] * corr + bs;
+            m[r] = mn;
+            for (int c = 0; c < NVD; c++)
+                acc[r][c] *= (float16)(corr);
+        }
+        __global const float *vb = vp + vp_off + ((size_t)bb * nblk * KB + kbase) * DVP;
+        for (int k = 0; k < KB; k++) {
+            for (int c = 0; c < NVD; c++) {
+                float16 vv = vload16(c, vb + k * DVP);
+                for (int r = 0; r < QR; r++)
+                    acc[r][c] = mad((float16)(pb[r][k]), vv, acc[r][c]);
+            }
+        }
+    }
+    for (int r = 0; r < QR; r++) {
+        if (g * QR + r >= nq)
+            break;
+        float inv = 1.0f / l[r];
+        __global float *o = O + o_off + ((size_t)bb * nq + row[r]) * dv;
+        for (int c = 0; c < NVD; c++) {
+            float t[16];
+            vstore16(acc[r][c] * (float16)(inv), 0, t);
+            for (int i = 0; i < 16 && 16 * c + i < dv; i++)
+                o[16 * c + i] = t[i];
+        }
+    }
+}
+
+/* ---- GPU shape ---- */
+__kernel __attribute__((reqd_work_group_size(BQ, 1, 1)))
+void flash_gpu(__global const float *Q, int q_off, __global const float *K, int k_off,
+               __global const float *V, int v_off, __global float *O, int o_off, int nq, int nk,
+               int d, int dv, float scale, FLASH_MASK_PARAMS, FLASH_DROP_PARAMS)
+{
+    __local float Ks[BK][DP + 1]; /* +1: rows land in different banks */
+    __local float Vs[BK][DVP];
+    __local int need;
+    int t = get_local_id(0), bb = get_group_id(1);
+    int row = get_group_id(0) * BQ + t, rowc = min(row, nq - 1);
+    int d0 = bb / D1, d1 = bb % D1;
+    int limit = clattn_row_limit(d0, rowc, nk, lens, lens_off, lens_mode, nq, causal);
+    __global const int *mrow = clattn_mask_row(mask, mask_off, ms, d0, d1, rowc);
+    float q[DP], acc[DVP], m = -INFINITY, l = 0.0f;
+    for (int e = 0; e < DP; e++)
+        q[e] = e < d ? Q[q_off + ((size_t)bb * nq + rowc) * d + e] : 0.0f;
+    for (int c = 0; c < DVP; c++)
+        acc[c] = 0.0f;
+    for (int kbase = 0; kbase < nk; kbase += BK) {
+        if (t == 0)
+            need = 0;
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (row < nq && (kbase < limit || !(m > fill + NEGLIGIBLE)))
+            atomic_or(&need, 1);
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (!need)
+            break; /* uniform: every row's remaining keys are blocked and negligible */
+        for (int i = t; i < BK * DP; i += BQ) {
+            int k = i / DP, e = i % DP;
+            Ks[k][e] = (kbase + k < nk && e < d) ? K[k_off + ((size_t)bb * nk + kbase + k) * d + e] : 0.0f;
+        }
+        for (int i = t; i < BK * DVP; i += BQ) {
+            int k = i / DVP, c = i % DVP;
+            Vs[k][c] = (kbase + k < nk && c < dv) ? V[v_off + ((size_t)bb * nk + kbase + k) * dv + c] : 0.0f;
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        float s[BK], bm = -INFINITY;
+        for (int k = 0; k < BK; k++) {
+            float a = 0.0f;
+            for (int e = 0; e < DP; e++)
+                a = mad(q[e], Ks[k][e], a);
+            int kk = kbase + k;
+            a = clattn_masked(a * scale, kk, limit, mrow, ms.w, fill);
+            s[k] = kk < nk ? a : -INFINITY;
+            bm = fmax(bm, s[k]);
+        }
+        float mn = fmax(m, bm), corr = exp(m - mn);
+        l *= corr;
+        for (int c = 0; c < DVP; c++)
+            acc[c] *= corr;
+        for (int k = 0; k < BK; k++) {
+            float p = exp(s[k] - mn);
+            l += p;
+            if (drop)
+                p = clattn_dropout_keep(((ulong)bb * nq + rowc) * nk + kbase + k, seed, offset,
+                                        threshold) ? p * dscale : 0.0f;
+            for (int c = 0; c < DVP; c++)
+                acc[c] = mad(p, Vs[k][c], acc[c]);
+        }
+        m = mn;
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    if (row < nq) {
+        float inv = 1.0f / l;
+        for (int c = 0; c < dv; c++)
+            O[o_off + ((size_t)bb * nq + row) * dv + c] = acc[c] * inv;
+    }
+}

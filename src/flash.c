@@ -1,0 +1,149 @@
+/* The fused attention path (kernels/flash.cl): variant choice, packing and launch. */
+#include "attention.h"
+#include <stdio.h>
+#include <string.h>
+
+/* Head sizes up to this run fused; larger ones take the unfused path (registers would spill). */
+#define FLASH_MAX_DIM 256
+
+int clattn__flash_supports(const clattn_tuning *tune, size_t d, size_t dv)
+{
+    return strcmp(tune->variant, "unfused") != 0 && d <= FLASH_MAX_DIM && dv <= FLASH_MAX_DIM;
+}
+
+/* Everything both variants take after the tensors, in kernel argument order. */
+typedef struct {
+    int nq, nk, d, dv;
+    float scale;
+    cl_int drop;
+    cl_uint2 seed, offset;
+    cl_uint threshold;
+    float dscale;
+} flash_args;
+
+static flash_args make_args(const clattn_tensor *Q, const clattn_tensor *K, const clattn_tensor *V,
+                            float scale, const clattn_dropout_params *p)
+{
+    flash_args a;
+    memset(&a, 0, sizeof a);
+    a.nq = (int)Q->dims[Q->ndim - 2];
+    a.nk = (int)K->dims[K->ndim - 2];
+    a.d = (int)Q->dims[Q->ndim - 1];
+    a.dv = (int)V->dims[V->ndim - 1];
+    a.scale = scale;
+    a.drop = clattn__dropout_active(p);
+    if (a.drop) {
+        a.seed.s[0] = (cl_uint)p->seed;
+        a.seed.s[1] = (cl_uint)(p->seed >> 32);
+        a.offset.s[0] = (cl_uint)p->offset;
+        a.offset.s[1] = (cl_uint)(p->offset >> 32);
+        a.threshold = clattn__dropout_threshold(p->p);
+        a.dscale = p->p < 1.0f ? 1.0f / (1.0f - p->p) : 0.0f;
+    }
+    return a;
+}
+
+/* Sets the mask and dropout arguments from index `first` on. */
+static clattn_status set_tail(clattn_context *ctx, cl_kernel k, cl_uint first,
+                              const clattn_mask_args *m, const flash_args *a)
+{
+    clattn_status st = CLATTN_SUCCESS;
+    const void *ptr[] = {&m->D1, &m->lens, &m->lens_off, &m->lens_mode, &m->mask, &m->mask_off,
+                         &m->ms, &m->causal, &m->fill, &a->drop, &a->seed, &a->offset,
+                         &a->threshold, &a->dscale};
+    const size_t size[] = {sizeof m->D1, sizeof m->lens, sizeof m->lens_off, sizeof m->lens_mode,
+                           sizeof m->mask, sizeof m->mask_off, sizeof m->ms, sizeof m->causal,
+                           sizeof m->fill, sizeof a->drop, sizeof a->seed, sizeof a->offset,
+                           sizeof a->threshold, sizeof a->dscale};
+    for (cl_uint i = 0; i < sizeof size / sizeof size[0]; i++)
+        CHECK_CL(ctx, clSetKernelArg(k, first + i, size[i], ptr[i]), "clSetKernelArg(flash)");
+fail:
+    return st;
+}
+
+static clattn_status enqueue_cpu(clattn_context *ctx, const clattn_tuning *tune,
+                                 const clattn_tensor *Q, const clattn_tensor *K,
+                                 const clattn_tensor *V, const clattn_mask_args *m,
+                                 const flash_args *a, const clattn_tensor *out)
+{
+    clattn_status st = CLATTN_SUCCESS;
+    cl_kernel kk, kv, kf;
+    cl_mem buf;
+    char defines[600];
+    int QR = clattn__tune_int(tune, "QR", 4), KB = clattn__tune_int(tune, "KB", 32);
+    int nb = (int)clattn__batch_count(Q, 2), dvp = (int)clattn__round_up((size_t)a->dv, 16);
+    int nblk = (int)clattn__div_up((size_t)a->nk, (size_t)KB);
+    int q_off = (int)Q->offset, k_off = (int)K->offset, v_off = (int)V->offset;
+    int o_off = (int)out->offset;
+    CHECK(ctx, KB % 16 == 0, CLATTN_ERROR_INVALID_ARGUMENT,
+          "tuning: attention=cpu needs KB a multiple of 16 (KB=%d)", KB);
+    /* packed K panels and zero-padded V rows: extra memory O(nb * K * (d + dv)), not O(Q * K) */
+    size_t nkt = (size_t)nb * nblk * KB * a->d, nvp = (size_t)nb * nblk * KB * dvp;
+    CHECK(ctx, nkt + nvp <= (size_t)INT32_MAX, CLATTN_ERROR_UNSUPPORTED,
+          "attention: packed K and V of %zu elements exceed 32-bit indexing", nkt + nvp);
+    CHECK_ST(clattn__scratch(ctx, CLATTN_SCRATCH_ATTN, (nkt + nvp) * 4, &buf));
+    snprintf(defines, sizeof defines, "%s-D DVP=%d", tune->defines, dvp);
+    CHECK_ST(clattn__get_kernel(ctx, "flash.cl", defines, "flash_pack_k", &kk));
+    CHECK_ST(clattn__get_kernel(ctx, "flash.cl", defines, "flash_pack_v", &kv));
+    CHECK_ST(clattn__get_kernel(ctx, "flash.cl", defines, "flash_cpu", &kf));
+    int vp_off = (int)nkt;
+    size_t pg[2] = {(size_t)nblk * KB, (size_t)nb};
+    CHECK_ST(clattn__set_args(ctx, kk, "flash_pack_k", ARG(K->buf), ARG(k_off), ARG(a->nk),
+                              ARG(a->d), ARG(nblk), ARG(buf), ARGS_END));
+    CHECK_ST(clattn__launch(ctx, kk, 2, pg, NULL, "flash_pack_k"));
+    CHECK_ST(clattn__set_args(ctx, kv, "flash_pack_v", ARG(V->buf), ARG(v_off), ARG(a->nk),
+                              ARG(a->dv), ARG(nblk), ARG(buf), ARG(vp_off), ARGS_END));
+    CHECK_ST(clattn__launch(ctx, kv, 2, pg, NULL, "flash_pack_v"));
+    CHECK_ST(clattn__set_args(ctx, kf, "flash_cpu", ARG(Q->buf), ARG(q_off), ARG(buf), ARG(buf),
+                              ARG(vp_off), ARG(out->buf), ARG(o_off), ARG(a->nq), ARG(a->nk),
+                              ARG(a->d), ARG(a->dv), ARG(nblk), ARG(a->scale), ARGS_END));
+    CHECK_ST(set_tail(ctx, kf, 13, m, a));
+    size_t gws[2] = {clattn__div_up((size_t)a->nq, (size_t)QR), (size_t)nb};
+    CHECK_ST(clattn__launch(ctx, kf, 2, gws, NULL, "flash_cpu"));
+fail:
+    return st;
+}
+
+static clattn_status enqueue_gpu(clattn_context *ctx, const clattn_tuning *tune,
+                                 const clattn_tensor *Q, const clattn_tensor *K,
+                                 const clattn_tensor *V, const clattn_mask_args *m,
+                                 const flash_args *a, const clattn_tensor *out)
+{
+    clattn_status st = CLATTN_SUCCESS;
+    cl_kernel kf;
+    char defines[600];
+    int BQ = clattn__tune_int(tune, "BQ", 64), BK = clattn__tune_int(tune, "BK", 16);
+    int nb = (int)clattn__batch_count(Q, 2);
+    int dp = (int)clattn__round_up((size_t)a->d, 4), dvp = (int)clattn__round_up((size_t)a->dv, 16);
+    int q_off = (int)Q->offset, k_off = (int)K->offset, v_off = (int)V->offset;
+    int o_off = (int)out->offset;
+    size_t local = (size_t)BK * ((size_t)dp + 1 + (size_t)dvp) * 4 + 4;
+    CHECK(ctx, local <= ctx->local_mem && (size_t)BQ <= ctx->max_wg, CLATTN_ERROR_UNSUPPORTED,
+          "attention=gpu: BQ=%d, BK=%d with d=%d, dv=%d needs %zu bytes of local memory (device "
+          "has %zu) and %d work-items (max %zu)", BQ, BK, a->d, a->dv, local, ctx->local_mem, BQ,
+          ctx->max_wg);
+    snprintf(defines, sizeof defines, "%s-D DP=%d -D DVP=%d", tune->defines, dp, dvp);
+    CHECK_ST(clattn__get_kernel(ctx, "flash.cl", defines, "flash_gpu", &kf));
+    CHECK_ST(clattn__set_args(ctx, kf, "flash_gpu", ARG(Q->buf), ARG(q_off), ARG(K->buf),
+                              ARG(k_off), ARG(V->buf), ARG(v_off), ARG(out->buf), ARG(o_off),
+                              ARG(a->nq), ARG(a->nk), ARG(a->d), ARG(a->dv), ARG(a->scale),
+                              ARGS_END));
+    CHECK_ST(set_tail(ctx, kf, 13, m, a));
+    size_t lws[2] = {(size_t)BQ, 1};
+    size_t gws[2] = {clattn__round_up((size_t)a->nq, (size_t)BQ), (size_t)nb};
+    CHECK_ST(clattn__launch(ctx, kf, 2, gws, lws, "flash_gpu"));
+fail:
+    return st;
+}
+
+clattn_status clattn__enqueue_flash(clattn_context *ctx, const clattn_tuning *tune,
+                                    const clattn_tensor *Q, const clattn_tensor *K,
+                                    const clattn_tensor *V, const clattn_mask_args *m,
+                                    const clattn_dropout_params *dropout, float scale,
+                                    const clattn_tensor *out)
+{
+    flash_args a = make_args(Q, K, V, scale, dropout);
+    if (strcmp(tune->variant, "gpu") == 0)
+        return enqueue_gpu(ctx, tune, Q, K, V, m, &a, out);
+    return enqueue_cpu(ctx, tune, Q, K, V, m, &a, out);
+}
