@@ -12,7 +12,8 @@
  * - CPU shape (flash_pack_k, flash_pack_v, flash_cpu): K is packed per block of KB keys as
  *   (d, KB) panels and V as zero-padded (KB, DVP) rows, so the inner loops are unit-stride
  *   16-wide vector loads without bounds checks; each work-item keeps QR query rows' scores
- *   (QR x KB) and outputs (QR x DVP) in registers.
+ *   (QR x KB) and outputs (QR x DVP) in registers (the unroll pragmas matter: without them PoCL
+ *   keeps those arrays on the stack, twice as slow).
  * - GPU shape (flash_gpu): a work-group of BQ items owns BQ query rows; K and V tiles of BK keys are
  *   staged in local memory by the whole group (coalesced), each item keeps its row of q and of the
  *   output in private memory. */
@@ -130,6 +131,7 @@ __kernel void flash_cpu(__global const float *Q, int q_off, __global const float
     __global const float *qr[QR];
     float m[QR], l[QR];
     float16 acc[QR][NVD];
+    #pragma unroll
     for (int r = 0; r < QR; r++) {
         row[r] = min(g * QR + r, nq - 1); /* rows past nq recompute the last one, unwritten */
         limit[r] = clattn_row_limit(d0, row[r], nk, lens, lens_off, lens_mode, nq, causal);
@@ -138,34 +140,43 @@ __kernel void flash_cpu(__global const float *Q, int q_off, __global const float
         qr[r] = Q + q_off + ((size_t)bb * nq + row[r]) * d;
         m[r] = -INFINITY;
         l[r] = 0.0f;
+        #pragma unroll
         for (int c = 0; c < NVD; c++)
             acc[r][c] = (float16)(0.0f);
     }
     for (int blk = 0; blk < nblk; blk++) {
         int kbase = blk * KB;
         int all_negligible = 1;
+        #pragma unroll
         for (int r = 0; r < QR; r++)
             all_negligible &= m[r] > fill + NEGLIGIBLE;
         if (kbase >= maxlimit && all_negligible)
             break; /* every later key is blocked and contributes exactly 0 */
         float16 s[QR][NKV];
+        #pragma unroll
         for (int r = 0; r < QR; r++)
+            #pragma unroll
             for (int j = 0; j < NKV; j++)
                 s[r][j] = (float16)(0.0f);
         __global const float *ktb = kt + (size_t)(bb * nblk + blk) * d * KB;
         for (int e = 0; e < d; e++) {
             float16 kv[NKV];
+            #pragma unroll
             for (int j = 0; j < NKV; j++)
                 kv[j] = vload16(j, ktb + e * KB);
+            #pragma unroll
             for (int r = 0; r < QR; r++) {
                 float16 qv = (float16)(qr[r][e]);
+                #pragma unroll
                 for (int j = 0; j < NKV; j++)
                     s[r][j] = mad(qv, kv[j], s[r][j]);
             }
         }
         float pb[QR][KB];
+        #pragma unroll
         for (int r = 0; r < QR; r++) {
             float bm = -INFINITY;
+            #pragma unroll
             for (int j = 0; j < NKV; j++) {
                 s[r][j] = mask16(s[r][j] * (float16)(scale), kbase + 16 * j, nk, limit[r], mrow[r],
                                  ms.w, fill);
@@ -173,6 +184,7 @@ __kernel void flash_cpu(__global const float *Q, int q_off, __global const float
             }
             float mn = fmax(m[r], bm), corr = exp(m[r] - mn);
             float bs = 0.0f;
+            #pragma unroll
             for (int j = 0; j < NKV; j++) {
                 float16 p = exp(s[r][j] - (float16)(mn));
                 bs += hsum16(p);
@@ -183,23 +195,28 @@ __kernel void flash_cpu(__global const float *Q, int q_off, __global const float
             }
             l[r] = l[r] * corr + bs;
             m[r] = mn;
+            #pragma unroll
             for (int c = 0; c < NVD; c++)
                 acc[r][c] *= (float16)(corr);
         }
         __global const float *vb = vp + vp_off + ((size_t)bb * nblk * KB + kbase) * DVP;
         for (int k = 0; k < KB; k++) {
+            #pragma unroll
             for (int c = 0; c < NVD; c++) {
                 float16 vv = vload16(c, vb + k * DVP);
+                #pragma unroll
                 for (int r = 0; r < QR; r++)
                     acc[r][c] = mad((float16)(pb[r][k]), vv, acc[r][c]);
             }
         }
     }
+    #pragma unroll
     for (int r = 0; r < QR; r++) {
         if (g * QR + r >= nq)
             break;
         float inv = 1.0f / l[r];
         __global float *o = O + o_off + ((size_t)bb * nq + row[r]) * dv;
+        #pragma unroll
         for (int c = 0; c < NVD; c++) {
             float t[16];
             vstore16(acc[r][c] * (float16)(inv), 0, t);
