@@ -131,7 +131,7 @@ CLATTN_API void clattn_context_destroy(clattn_context **ctx);
 CLATTN_API cl_context clattn_context_cl(const clattn_context *ctx);
 CLATTN_API cl_device_id clattn_context_device(const clattn_context *ctx);
 CLATTN_API cl_command_queue clattn_context_queue(const clattn_context *ctx);
-/* One line: "P:D device name (vendor, type, OpenCL C x.y, driver)". */
+/* One line: "device name (vendor, type, platform, OpenCL C x.y, driver ...)". */
 CLATTN_API const char *clattn_context_description(const clattn_context *ctx);
 /* Blocks until everything enqueued on the context's queue has finished. */
 CLATTN_API clattn_status clattn_finish(clattn_context *ctx);
