@@ -3,30 +3,36 @@
  * Layout: C is row-major (batch, M, N) at element offset c_off. A and B are read through strides, so
  * transposes and shared (stride 0) batches cost nothing: A(b, i, k) = A[a_off + b*a_bs + i*a_si +
  * k*a_sk], B(b, k, j) = B[b_off + b*b_bs + k*b_sk + j*b_sj]. bias is NULL or N floats at bias_off.
- * beta == 0 never reads C, so C's old contents (NaN included) do not matter.
+ * beta == 0 never reads C's old contents, so they do not matter (NaN included).
  *
  * Variants:
- * - CPU shape (pack_panels + matmul_packed): A and B are first packed into panels, A into TM-row
- *   panels (panel, k, TM) and B into TN-column panels (panel, k, TN), zero padded; then each
- *   work-item keeps a TM x TN tile of C in VN-wide vector registers and streams both panels.
- *   PoCL vectorizes nothing across work-items once the kernel has a loop, hence explicit vectors.
- * - GPU shape (matmul_tiled): TS x TS work-group tiles of A and B staged in local memory, each
- *   work-item accumulating WPT outputs of one column; consecutive work-items own consecutive j. */
+ * - CPU shape (pack_a + pack_b + matmul_packed): op(A) is packed into TM-row panels laid out
+ *   (batch, panel, k, TM) and op(B) into TN-column panels (batch, panel, k, TN), zero padded, so
+ *   both operands stream contiguously whatever their transposes and however badly their row length
+ *   aliases in the caches (powers of two). Each work-item then owns a TN-wide column strip of C over
+ *   RB consecutive row panels: for every KC-deep slice of k it keeps the KC x TN slice of its B panel
+ *   in L1 while it sweeps its RB A panels, each time holding a TM x TN tile of C in TM * TN / VN
+ *   vector registers. PoCL vectorizes nothing across work-items once the kernel has a loop, hence
+ *   the explicit VN-wide vectors and fma (mad compiles to a separate multiply and add there).
+ * - GPU shape (matmul_tiled): local-memory tiles and register blocking, see below. */
 
 #ifndef TM
-#define TM 12
+#define TM 12 /* rows of the register tile (one broadcast of A each per k) */
 #endif
 #ifndef TN
-#define TN 32
+#define TN 32 /* columns of the register tile, a multiple of VN */
 #endif
 #ifndef VN
-#define VN 16
+#define VN 16 /* vector width of the tile: 16 for AVX-512, 8 for AVX2 */
 #endif
-#ifndef TS
-#define TS 16
+#ifndef KC
+#define KC 256 /* k-slice depth: KC * TN floats of B stay in L1 */
 #endif
-#ifndef WPT
-#define WPT 4
+#ifndef RB
+#define RB 8 /* row panels per work-item: the reuse count of each B slice */
+#endif
+#ifndef PK
+#define PK 64 /* k values packed per work-item */
 #endif
 
 #if VN == 16
@@ -45,128 +51,272 @@
 #endif
 #define NV (TN / VN)
 
-/* dst[b][p][k][w] = src(b, row p*P + w, col k), 0 past R rows: src(b, r, k) = src[s_off + b*s_bs +
- * r*s_sr + k*s_sk]. One work-item per (k, panel, batch) writes P contiguous floats. */
-__kernel void pack_panels(__global const float *src, int s_off, int s_bs, int s_sr, int s_sk, int R,
-                          int K, int P, __global float *dst, int d_off)
-{
-    int k = get_global_id(0), p = get_global_id(1), b = get_global_id(2);
-    if (k >= K)
-        return;
-    int npanels = get_global_size(1);
-    __global const float *s = src + s_off + b * s_bs + k * s_sk;
-    __global float *d = dst + d_off + ((size_t)(b * npanels + p) * K + k) * P;
-    for (int w = 0; w < P; w++) {
-        int r = p * P + w;
-        d[w] = r < R ? s[r * s_sr] : 0.0f;
-    }
-}
+/* Copies P contiguous floats with the widest vectors P allows (P is a compile-time constant). */
+#define COPY_P(P, s, d)                                                                            \
+    do {                                                                                           \
+        int w_ = 0;                                                                                \
+        for (; w_ + 16 <= (P); w_ += 16)                                                           \
+            vstore16(vload16(0, (s) + w_), 0, (d) + w_);                                           \
+        for (; w_ + 4 <= (P); w_ += 4)                                                             \
+            vstore4(vload4(0, (s) + w_), 0, (d) + w_);                                             \
+        for (; w_ < (P); w_++)                                                                     \
+            (d)[w_] = (s)[w_];                                                                     \
+    } while (0)
 
-inline void store_c(__global float *c, int j0, int N, floatN v, float beta, __global const float *bias)
+/* Packing is a memory-bound transpose, so each work-item moves a PK x P block with vector loads
+ * and stores: dst[b][p][k][w] = src(b, row p*P + w, col k), 0 past R rows, with src(b, r, k) =
+ * src[s_off + b*s_bs + r*s_sr + k*s_sk]. Work-item (k / PK, p, b). Rows contiguous in memory
+ * (s_sr == 1) are plain copies; columns contiguous (s_sk == 1) are transposed 16 k at a time
+ * through registers. */
+#define PACK_PANELS(NAME, P)                                                                       \
+    __kernel void NAME(__global const float *src, int s_off, int s_bs, int s_sr, int s_sk, int R, \
+                       int K, __global float *dst, int d_off, int d_bs)                            \
+    {                                                                                              \
+        int k = get_global_id(0) * PK, p = get_global_id(1), b = get_global_id(2);                 \
+        if (k >= K)                                                                                \
+            return;                                                                                \
+        int k1 = min(k + PK, K), rows = min(P, R - p * P);                                         \
+        __global const float *s = src + s_off + b * s_bs + p * P * s_sr;                           \
+        __global float *d = dst + d_off + b * d_bs + (size_t)p * P * K;                            \
+        if (s_sr == 1 && rows == P) {                                                              \
+            for (; k < k1; k++)                                                                    \
+                COPY_P(P, s + k * s_sk, d + k * P);                                                \
+        } else if (s_sk == 1 && rows == P) {                                                       \
+            for (; k + 16 <= k1; k += 16) {                                                        \
+                float t[16][P];                                                                    \
+                _Pragma("unroll") for (int w = 0; w < P; w++) {                                    \
+                    float r_[16];                                                                  \
+                    vstore16(vload16(0, s + w * s_sr + k), 0, r_);                                 \
+                    _Pragma("unroll") for (int x = 0; x < 16; x++)                                 \
+                        t[x][w] = r_[x];                                                           \
+                }                                                                                  \
+                _Pragma("unroll") for (int x = 0; x < 16; x++)                                     \
+                    COPY_P(P, t[x], d + (k + x) * P);                                              \
+            }                                                                                      \
+        }                                                                                          \
+        for (; k < k1; k++)                                                                        \
+            for (int w = 0; w < P; w++)                                                            \
+                d[k * P + w] = w < rows ? s[w * s_sr + k * s_sk] : 0.0f;                           \
+    }
+
+PACK_PANELS(pack_a, TM)
+PACK_PANELS(pack_b, TN)
+
+/* Writes VN results of one tile row from column j0. The first k-slice applies beta and the bias;
+ * later slices add their partial sums to what the earlier ones stored. */
+inline void store_c(__global float *c, int j0, int N, floatN acc, int first, float alpha,
+                    float beta, __global const float *bias)
 {
-    if (j0 + VN <= N && beta == 0.0f && !bias) {
-        vstoreN(v, 0, c + j0);
+    if (j0 + VN <= N) {
+        floatN o = acc * (floatN)(alpha);
+        if (!first)
+            o += vloadN(0, c + j0);
+        else {
+            if (beta != 0.0f)
+                o += (floatN)(beta) * vloadN(0, c + j0);
+            if (bias)
+                o += vloadN(0, bias + j0);
+        }
+        vstoreN(o, 0, c + j0);
         return;
     }
     float t[VN];
-    vstoreN(v, 0, t);
+    vstoreN(acc, 0, t);
     for (int w = 0; w < VN && j0 + w < N; w++) {
-        float o = t[w];
-        if (beta != 0.0f)
-            o += beta * c[j0 + w];
-        if (bias)
-            o += bias[j0 + w];
+        float o = alpha * t[w];
+        if (!first)
+            o += c[j0 + w];
+        else {
+            if (beta != 0.0f)
+                o += beta * c[j0 + w];
+            if (bias)
+                o += bias[j0 + w];
+        }
         c[j0 + w] = o;
     }
 }
 
-/* Ap: packed A panels (batch stride a_bs floats, 0 = shared); Bp likewise from element b_off. */
+/* Ap: packed A panels, batch stride a_bs floats (0 = shared by every batch); Bp likewise from
+ * element b_off. Work-item (column strip pj, row block rb, batch b). */
 __kernel void matmul_packed(__global const float *Ap, int a_bs, __global const float *Bp, int b_off,
-                            int b_bs,
-                            __global float *C, int c_off, int M, int N, int K, float alpha,
+                            int b_bs, __global float *C, int c_off, int M, int N, int K, float alpha,
                             float beta, __global const float *bias, int bias_off)
 {
-    int pj = get_global_id(0), pi = get_global_id(1), b = get_global_id(2);
-    if (pj * TN >= N || pi * TM >= M)
+    int pj = get_global_id(0), rb = get_global_id(1), b = get_global_id(2);
+    if (pj * TN >= N || rb * RB * TM >= M)
         return;
-    __global const float *a = Ap + b * a_bs + (size_t)pi * TM * K;
-    __global const float *bp = Bp + b_off + b * b_bs + (size_t)pj * TN * K;
-    floatN acc[TM][NV];
-#pragma unroll
-    for (int i = 0; i < TM; i++)
-#pragma unroll
-        for (int v = 0; v < NV; v++)
-            acc[i][v] = (floatN)(0.0f);
-    for (int k = 0; k < K; k++) {
-        floatN bv[NV];
-#pragma unroll
-        for (int v = 0; v < NV; v++)
-            bv[v] = vloadN(v, bp + k * TN);
-#pragma unroll
-        for (int i = 0; i < TM; i++) {
-            floatN av = (floatN)(a[k * TM + i]);
-#pragma unroll
-            for (int v = 0; v < NV; v++)
-                acc[i][v] = mad(av, bv[v], acc[i][v]);
-        }
-    }
+    __global const float *bpanel = Bp + b_off + b * b_bs + (size_t)pj * TN * K;
     __global const float *bias_p = bias ? bias + bias_off : 0;
     __global float *c = C + c_off + (size_t)b * M * N;
+    for (int k0 = 0; k0 < K; k0 += KC) {
+        int kn = min(KC, K - k0);
+        __global const float *bp = bpanel + k0 * TN;
+        for (int r = 0; r < RB; r++) {
+            int pi = rb * RB + r;
+            if (pi * TM >= M)
+                break;
+            __global const float *a = Ap + b * a_bs + (size_t)pi * TM * K + k0 * TM;
+            floatN acc[TM][NV]; /* fully unrolled below, so LLVM keeps it in registers */
 #pragma unroll
-    for (int i = 0; i < TM; i++) {
-        int row = pi * TM + i;
-        if (row < M)
+            for (int i = 0; i < TM; i++)
 #pragma unroll
-            for (int v = 0; v < NV; v++)
-                store_c(c + (size_t)row * N, pj * TN + v * VN, N, acc[i][v] * (floatN)(alpha), beta,
-                        bias_p);
+                for (int v = 0; v < NV; v++)
+                    acc[i][v] = (floatN)(0.0f);
+            for (int k = 0; k < kn; k++) {
+                floatN bv[NV];
+#pragma unroll
+                for (int v = 0; v < NV; v++)
+                    bv[v] = vloadN(v, bp + k * TN);
+#pragma unroll
+                for (int i = 0; i < TM; i++) {
+                    floatN av = (floatN)(a[k * TM + i]);
+#pragma unroll
+                    for (int v = 0; v < NV; v++)
+                        acc[i][v] = fma(av, bv[v], acc[i][v]);
+                }
+            }
+#pragma unroll
+            for (int i = 0; i < TM; i++) {
+                int row = pi * TM + i;
+                if (row < M)
+#pragma unroll
+                    for (int v = 0; v < NV; v++)
+                        store_c(c + (size_t)row * N, pj * TN + v * VN, N, acc[i][v], k0 == 0,
+                                alpha, beta, bias_p);
+            }
+        }
     }
 }
 
-#define RTS (TS / WPT)
-__kernel __attribute__((reqd_work_group_size(TS, RTS, 1)))
-void matmul_tiled(__global const float *A, int a_off, int a_bs, int a_si, int a_sk,
-                  __global const float *B, int b_off, int b_bs, int b_sk, int b_sj,
+/* GPU shape (matmul_tiled): a work-group of (TSN / WPTN) x (TSM / WPTM) work-items computes a
+ * TSM x TSN tile of C; each work-item accumulates a WPTM x WPTN sub-tile in registers, rows
+ * ty + w * (TSM / WPTM) and columns tx + w * (TSN / WPTN), so neighbouring work-items touch
+ * neighbouring local and global addresses. Per TSK-deep step the group stages op(A) and op(B) in
+ * local memory as As[k][i] and Bs[k][j], one float of padding per row against bank conflicts; the
+ * loads walk along whichever stride of the operand is 1, so transposed operands load coalesced too,
+ * as float4 when the host found that direction 16-byte aligned (a_vec, b_vec). Local memory:
+ * TSK * (TSM + TSN + 2) floats (16.5 KiB with the defaults, NVIDIA allows 48). */
+#ifndef TSM
+#define TSM 128
+#endif
+#ifndef TSN
+#define TSN 128
+#endif
+#ifndef TSK
+#define TSK 16
+#endif
+#ifndef WPTM
+#define WPTM 8
+#endif
+#ifndef WPTN
+#define WPTN 8
+#endif
+#define RTSM (TSM / WPTM)
+#define RTSN (TSN / WPTN)
+#define NTHREADS (RTSM * RTSN)
+#if TSM % WPTM != 0 || TSN % WPTN != 0 || (TSM * TSK) % NTHREADS != 0 || (TSN * TSK) % NTHREADS != 0
+#error "TSM, TSN must be multiples of WPTM, WPTN; each tile of A and B a multiple of the group size"
+#endif
+
+/* Stages rows [r0, r0 + TR) x k [k0, k0 + TSK) of an operand X(r, k) = X[r * s_r + k * s_k] into
+ * L[k][r], zero outside R x K. vec: s_r or s_k is 1 and that direction is 16-byte aligned. */
+#define STAGE(L, TR, X, s_r, s_k, r0, R, k0, K, vec)                                              \
+    do {                                                                                          \
+        if ((s_r) == 1) { /* contiguous along r: work-items walk r */                             \
+            if ((vec) && (r0) + (TR) <= (R)) {                                                    \
+                for (int e = t; e < (TR) * TSK / 4; e += NTHREADS) {                              \
+                    int r = (e % ((TR) / 4)) * 4, k = e / ((TR) / 4);                             \
+                    float4 v = (k0) + k < (K) ? *(__global const float4 *)((X) + (r0) + r +       \
+                                                                           ((k0) + k) * (s_k))    \
+                                              : (float4)(0.0f);                                   \
+                    L[k][r] = v.x;                                                                \
+                    L[k][r + 1] = v.y;                                                            \
+                    L[k][r + 2] = v.z;                                                            \
+                    L[k][r + 3] = v.w;                                                            \
+                }                                                                                 \
+            } else {                                                                              \
+                for (int e = t; e < (TR) * TSK; e += NTHREADS) {                                  \
+                    int r = e % (TR), k = e / (TR);                                               \
+                    L[k][r] = (r0) + r < (R) && (k0) + k < (K)                                    \
+                                  ? (X)[(r0) + r + ((k0) + k) * (s_k)]                            \
+                                  : 0.0f;                                                         \
+                }                                                                                 \
+            }                                                                                     \
+        } else { /* contiguous along k (or neither): work-items walk k */                         \
+            if ((vec) && (k0) + TSK <= (K)) {                                                     \
+                for (int e = t; e < (TR) * TSK / 4; e += NTHREADS) {                              \
+                    int k = (e % (TSK / 4)) * 4, r = e / (TSK / 4);                               \
+                    float4 v = (r0) + r < (R) ? *(__global const float4 *)((X) + ((r0) + r) *     \
+                                                                           (s_r) + (k0) + k)      \
+                                              : (float4)(0.0f);                                   \
+                    L[k][r] = v.x;                                                                \
+                    L[k + 1][r] = v.y;                                                            \
+                    L[k + 2][r] = v.z;                                                            \
+                    L[k + 3][r] = v.w;                                                            \
+                }                                                                                 \
+            } else {                                                                              \
+                for (int e = t; e < (TR) * TSK; e += NTHREADS) {                                  \
+                    int k = e % TSK, r = e / TSK;                                                 \
+                    L[k][r] = (r0) + r < (R) && (k0) + k < (K)                                    \
+                                  ? (X)[((r0) + r) * (s_r) + ((k0) + k) * (s_k)]                  \
+                                  : 0.0f;                                                         \
+                }                                                                                 \
+            }                                                                                     \
+        }                                                                                         \
+    } while (0)
+
+__kernel __attribute__((reqd_work_group_size(RTSN, RTSM, 1)))
+void matmul_tiled(__global const float *A, int a_off, int a_bs, int a_si, int a_sk, int a_vec,
+                  __global const float *B, int b_off, int b_bs, int b_sk, int b_sj, int b_vec,
                   __global float *C, int c_off, int M, int N, int K, float alpha, float beta,
                   __global const float *bias, int bias_off)
 {
-    __local float As[TS][TS + 1]; /* +1: no bank conflicts on the column reads */
-    __local float Bs[TS][TS];
-    int tx = get_local_id(0), ty = get_local_id(1), b = get_global_id(2);
-    int i0 = get_group_id(1) * TS, j0 = get_group_id(0) * TS;
-    int j = j0 + tx;
+    __local float As[TSK][TSM + 1];
+    __local float Bs[TSK][TSN + 1];
+    int tx = get_local_id(0), ty = get_local_id(1), t = ty * RTSN + tx, b = get_global_id(2);
+    int i0 = get_group_id(1) * TSM, j0 = get_group_id(0) * TSN;
     __global const float *a = A + a_off + b * a_bs;
     __global const float *bb = B + b_off + b * b_bs;
-    float acc[WPT];
-    for (int w = 0; w < WPT; w++)
-        acc[w] = 0.0f;
-    for (int t = 0; t < K; t += TS) {
-        for (int w = 0; w < WPT; w++) {
-            int r = ty + w * RTS;
-            int ai = i0 + r, ak = t + tx, bk = t + r;
-            As[r][tx] = (ai < M && ak < K) ? a[ai * a_si + ak * a_sk] : 0.0f;
-            Bs[r][tx] = (bk < K && j < N) ? bb[bk * b_sk + j * b_sj] : 0.0f;
-        }
+    float acc[WPTM][WPTN];
+    for (int wm = 0; wm < WPTM; wm++)
+        for (int wn = 0; wn < WPTN; wn++)
+            acc[wm][wn] = 0.0f;
+    for (int k0 = 0; k0 < K; k0 += TSK) {
+        STAGE(As, TSM, a, a_si, a_sk, i0, M, k0, K, a_vec);
+        STAGE(Bs, TSN, bb, b_sj, b_sk, j0, N, k0, K, b_vec);
         barrier(CLK_LOCAL_MEM_FENCE);
-        for (int kk = 0; kk < TS; kk++) {
-            float bv = Bs[kk][tx];
-            for (int w = 0; w < WPT; w++)
-                acc[w] = mad(As[ty + w * RTS][kk], bv, acc[w]);
+#pragma unroll
+        for (int k = 0; k < TSK; k++) {
+            float ar[WPTM], br[WPTN];
+#pragma unroll
+            for (int wm = 0; wm < WPTM; wm++)
+                ar[wm] = As[k][ty + wm * RTSM];
+#pragma unroll
+            for (int wn = 0; wn < WPTN; wn++)
+                br[wn] = Bs[k][tx + wn * RTSN];
+#pragma unroll
+            for (int wm = 0; wm < WPTM; wm++)
+#pragma unroll
+                for (int wn = 0; wn < WPTN; wn++)
+                    acc[wm][wn] = mad(ar[wm], br[wn], acc[wm][wn]);
         }
         barrier(CLK_LOCAL_MEM_FENCE);
     }
-    if (j >= N)
-        return;
     __global float *c = C + c_off + (size_t)b * M * N;
-    for (int w = 0; w < WPT; w++) {
-        int i = i0 + ty + w * RTS;
-        if (i < M) {
-            float o = alpha * acc[w];
-            if (beta != 0.0f)
-                o += beta * c[(size_t)i * N + j];
-            if (bias)
-                o += bias[bias_off + j];
-            c[(size_t)i * N + j] = o;
+#pragma unroll
+    for (int wm = 0; wm < WPTM; wm++) {
+        int i = i0 + ty + wm * RTSM;
+#pragma unroll
+        for (int wn = 0; wn < WPTN; wn++) {
+            int j = j0 + tx + wn * RTSN;
+            if (i < M && j < N) {
+                float o = alpha * acc[wm][wn];
+                if (beta != 0.0f)
+                    o += beta * c[(size_t)i * N + j];
+                if (bias)
+                    o += bias[bias_off + j];
+                c[(size_t)i * N + j] = o;
+            }
         }
     }
 }

@@ -110,47 +110,111 @@ fail:
     return st;
 }
 
-static clattn_status enqueue_tiled(clattn_context *ctx, const clattn_tuning *tune,
+/* 1 when the tiled kernel may load X with float4: the direction it walks (stride 1) is 16-byte
+ * aligned at every tile start. The kernel prefers the rows' direction when both strides are 1. */
+static int vec_ok(const clattn_tensor *X, int s_r, int s_k, int tile_r, int tile_k, int bs)
+{
+    int other = s_r == 1 ? s_k : s_r, tile = s_r == 1 ? tile_r : tile_k;
+    return (s_r == 1 || s_k == 1) && X->offset % 4 == 0 && other % 4 == 0 && bs % 4 == 0 &&
+           tile % 4 == 0;
+}
+
+/* Rewrites one parameter of a tuning and its -D string. */
+static void set_param(clattn_tuning *t, const char *name, int value)
+{
+    size_t used = 0;
+    for (int i = 0; i < t->nparams; i++)
+        if (strcmp(t->names[i], name) == 0)
+            t->values[i] = value;
+    t->defines[0] = '\0';
+    for (int i = 0; i < t->nparams && used < sizeof t->defines; i++)
+        used += (size_t)snprintf(t->defines + used, sizeof t->defines - used, "-D %s=%d ",
+                                 t->names[i], t->values[i]);
+}
+
+static clattn_status enqueue_tiled(clattn_context *ctx, const clattn_tuning *tune_in,
                                    const clattn_tensor *A, operand a, const clattn_tensor *B,
                                    operand b, float alpha, float beta, const clattn_tensor *bias,
                                    const clattn_tensor *C, int batch)
 {
     clattn_status st = CLATTN_SUCCESS;
-    cl_kernel k;
-    int TS = clattn__tune_int(tune, "TS", 16), WPT = clattn__tune_int(tune, "WPT", 4);
+    clattn_tuning tune = *tune_in;
+    cl_kernel k = NULL;
+    size_t item_max[3] = {0, 0, 0}, kernel_wg = 0;
+    int TSM = clattn__tune_int(&tune, "TSM", 128), TSN = clattn__tune_int(&tune, "TSN", 128);
+    int TSK = clattn__tune_int(&tune, "TSK", 16), WPTM = clattn__tune_int(&tune, "WPTM", 8);
+    int WPTN = clattn__tune_int(&tune, "WPTN", 8);
     int M = a.rows, N = b.cols, K = a.cols;
     int a_off = (int)A->offset, b_off = (int)B->offset, c_off = (int)C->offset;
     int bias_off = bias ? (int)bias->offset : 0;
     cl_mem bias_buf = bias ? bias->buf : NULL;
-    CHECK(ctx, TS % WPT == 0 && (size_t)(TS * TS / WPT) <= ctx->max_wg &&
-                   2 * TS * (TS + 1) * 4 <= (int)ctx->local_mem,
-          CLATTN_ERROR_UNSUPPORTED, "tuning: matmul=gpu with TS=%d WPT=%d does not fit this device",
-          TS, WPT);
-    CHECK_ST(clattn__get_kernel(ctx, "matmul.cl", tune->defines, "matmul_tiled", &k));
+    CHECK(ctx, TSM % WPTM == 0 && TSN % WPTN == 0, CLATTN_ERROR_INVALID_ARGUMENT,
+          "tuning: matmul=gpu needs TSM a multiple of WPTM and TSN of WPTN (TSM=%d WPTM=%d TSN=%d "
+          "WPTN=%d)", TSM, WPTM, TSN, WPTN);
+    int threads = (TSM / WPTM) * (TSN / WPTN);
+    CHECK(ctx, TSM * TSK % threads == 0 && TSN * TSK % threads == 0, CLATTN_ERROR_INVALID_ARGUMENT,
+          "tuning: matmul=gpu: the TSMxTSK and TSNxTSK tiles (%dx%d, %dx%d) must split evenly over "
+          "the %d work-items of a group", TSM, TSK, TSN, TSK, threads);
+    clGetDeviceInfo(ctx->device, CL_DEVICE_MAX_WORK_ITEM_SIZES, sizeof item_max, item_max, NULL);
+    /* Clamp to the device: halve the larger tile dimension (and with it the group) until the group
+     * and its local memory fit the device and the compiled kernel. Halving keeps the divisibility
+     * checked above. */
+    for (;;) {
+        size_t lx = (size_t)(TSN / WPTN), ly = (size_t)(TSM / WPTM);
+        size_t lmem = (size_t)TSK * (TSM + TSN + 2) * sizeof(float);
+        int fits = lx * ly <= ctx->max_wg && lmem <= ctx->local_mem &&
+                   (!item_max[0] || (lx <= item_max[0] && ly <= item_max[1]));
+        if (fits) {
+            CHECK_ST(clattn__get_kernel(ctx, "matmul.cl", tune.defines, "matmul_tiled", &k));
+            CHECK_CL(ctx, clGetKernelWorkGroupInfo(k, ctx->device, CL_KERNEL_WORK_GROUP_SIZE,
+                                                   sizeof kernel_wg, &kernel_wg, NULL),
+                     "clGetKernelWorkGroupInfo(matmul_tiled)");
+            if (lx * ly <= kernel_wg)
+                break;
+        }
+        int can_m = TSM % (2 * WPTM) == 0, can_n = TSN % (2 * WPTN) == 0;
+        CHECK(ctx, can_m || can_n, CLATTN_ERROR_UNSUPPORTED,
+              "tuning: matmul=gpu: no tile fits this device (max work-group %zu, kernel %zu, "
+              "local memory %zu bytes; last tried TSM=%d TSN=%d TSK=%d WPTM=%d WPTN=%d)",
+              ctx->max_wg, kernel_wg, ctx->local_mem, TSM, TSN, TSK, WPTM, WPTN);
+        if (can_m && (!can_n || TSM / WPTM >= TSN / WPTN))
+            set_param(&tune, "TSM", TSM /= 2);
+        else
+            set_param(&tune, "TSN", TSN /= 2);
+    }
+    int a_vec = vec_ok(A, a.s_row, a.s_col, TSM, TSK, a.batch_stride);
+    int b_vec = vec_ok(B, b.s_col, b.s_row, TSN, TSK, b.batch_stride);
     CHECK_ST(clattn__set_args(ctx, k, "matmul_tiled", ARG(A->buf), ARG(a_off), ARG(a.batch_stride),
-                              ARG(a.s_row), ARG(a.s_col), ARG(B->buf), ARG(b_off),
-                              ARG(b.batch_stride), ARG(b.s_row), ARG(b.s_col), ARG(C->buf),
-                              ARG(c_off), ARG(M), ARG(N), ARG(K), ARG(alpha), ARG(beta),
-                              ARG(bias_buf), ARG(bias_off), ARGS_END));
-    size_t lws[3] = {(size_t)TS, (size_t)(TS / WPT), 1};
-    size_t gws[3] = {clattn__round_up((size_t)N, TS), clattn__div_up((size_t)M, TS) * lws[1],
-                     (size_t)batch};
+                              ARG(a.s_row), ARG(a.s_col), ARG(a_vec), ARG(B->buf), ARG(b_off),
+                              ARG(b.batch_stride), ARG(b.s_row), ARG(b.s_col), ARG(b_vec),
+                              ARG(C->buf), ARG(c_off), ARG(M), ARG(N), ARG(K), ARG(alpha),
+                              ARG(beta), ARG(bias_buf), ARG(bias_off), ARGS_END));
+    size_t lws[3] = {(size_t)(TSN / WPTN), (size_t)(TSM / WPTM), 1};
+    size_t gws[3] = {clattn__div_up((size_t)N, TSN) * lws[0],
+                     clattn__div_up((size_t)M, TSM) * lws[1], (size_t)batch};
     CHECK_ST(clattn__launch(ctx, k, 3, gws, lws, "matmul_tiled"));
 fail:
     return st;
 }
 
-/* Packs op(X) (rows x K in panels of P rows, every batch) into buf from element dst_off. */
-static clattn_status pack(clattn_context *ctx, cl_kernel k, const clattn_tensor *X, operand o,
-                          int P, int nb, cl_mem buf, int dst_off)
+/* The CPU-shaped kernels loop inside each work-item and share nothing across a group, so groups of
+ * one: PoCL compiles a kernel once per distinct local size (0.1-1 s each), and one-item groups are
+ * also what its threads balance best. */
+static const size_t one_item[3] = {1, 1, 1};
+
+/* Packs op(X) (rows x K, every batch) into panels of P rows at element dst_off of buf. */
+static clattn_status pack(clattn_context *ctx, cl_kernel k, const char *name,
+                          const clattn_tensor *X, operand o, int P, int PK, int nb, cl_mem buf,
+                          int dst_off, int dst_bs)
 {
     clattn_status st = CLATTN_SUCCESS;
     int off = (int)X->offset;
-    CHECK_ST(clattn__set_args(ctx, k, "pack_panels", ARG(X->buf), ARG(off), ARG(o.batch_stride),
-                              ARG(o.s_row), ARG(o.s_col), ARG(o.rows), ARG(o.cols), ARG(P),
-                              ARG(buf), ARG(dst_off), ARGS_END));
-    size_t gws[3] = {(size_t)o.cols, clattn__div_up((size_t)o.rows, P), (size_t)nb};
-    CHECK_ST(clattn__launch(ctx, k, 3, gws, NULL, "pack_panels"));
+    CHECK_ST(clattn__set_args(ctx, k, name, ARG(X->buf), ARG(off), ARG(o.batch_stride),
+                              ARG(o.s_row), ARG(o.s_col), ARG(o.rows), ARG(o.cols), ARG(buf),
+                              ARG(dst_off), ARG(dst_bs), ARGS_END));
+    size_t gws[3] = {clattn__div_up((size_t)o.cols, PK), clattn__div_up((size_t)o.rows, P),
+                     (size_t)nb};
+    CHECK_ST(clattn__launch(ctx, k, 3, gws, one_item, name));
 fail:
     return st;
 }
@@ -161,10 +225,11 @@ static clattn_status enqueue_packed(clattn_context *ctx, const clattn_tuning *tu
                                     const clattn_tensor *C, int batch)
 {
     clattn_status st = CLATTN_SUCCESS;
-    cl_kernel kp, km;
+    cl_kernel kpa, kpb, km;
     cl_mem buf;
     int TM = clattn__tune_int(tune, "TM", 12), TN = clattn__tune_int(tune, "TN", 32);
-    int VN = clattn__tune_int(tune, "VN", 16);
+    int VN = clattn__tune_int(tune, "VN", 16), RB = clattn__tune_int(tune, "RB", 8);
+    int PK = clattn__tune_int(tune, "PK", 64);
     int M = a.rows, N = b.cols, K = a.cols, c_off = (int)C->offset;
     int bias_off = bias ? (int)bias->offset : 0;
     cl_mem bias_buf = bias ? bias->buf : NULL;
@@ -172,27 +237,33 @@ static clattn_status enqueue_packed(clattn_context *ctx, const clattn_tuning *tu
     int nba = a.batch_stride ? batch : 1, nbb = b.batch_stride ? batch : 1;
     size_t pa = clattn__div_up((size_t)M, TM) * TM * K, pb = clattn__div_up((size_t)N, TN) * TN * K;
     size_t total = pa * nba + pb * nbb;
+    /* KC and the rest only shape the loops; these would not compile or would make no sense. */
     CHECK(ctx, (VN == 8 || VN == 16) && TN % VN == 0, CLATTN_ERROR_INVALID_ARGUMENT,
           "tuning: matmul=cpu needs VN 8 or 16 and TN a multiple of VN (TN=%d VN=%d)", TN, VN);
+    CHECK(ctx, TM * (TN / VN) <= 64, CLATTN_ERROR_INVALID_ARGUMENT,
+          "tuning: matmul=cpu register tile TM x TN / VN = %d vectors is over 64 (TM=%d TN=%d "
+          "VN=%d)", TM * (TN / VN), TM, TN, VN);
     CHECK(ctx, total <= (size_t)INT32_MAX, CLATTN_ERROR_UNSUPPORTED,
           "matmul: packed operands of %zu elements exceed 32-bit indexing", total);
     CHECK_ST(clattn__scratch(ctx, CLATTN_SCRATCH_OP, total * 4, &buf));
-    CHECK_ST(clattn__get_kernel(ctx, "matmul.cl", tune->defines, "pack_panels", &kp));
+    CHECK_ST(clattn__get_kernel(ctx, "matmul.cl", tune->defines, "pack_a", &kpa));
+    CHECK_ST(clattn__get_kernel(ctx, "matmul.cl", tune->defines, "pack_b", &kpb));
     CHECK_ST(clattn__get_kernel(ctx, "matmul.cl", tune->defines, "matmul_packed", &km));
-    CHECK_ST(pack(ctx, kp, A, a, TM, nba, buf, 0));
+    int a_bs = a.batch_stride ? (int)pa : 0, b_bs = b.batch_stride ? (int)pb : 0;
     int b_off = (int)(pa * nba);
+    CHECK_ST(pack(ctx, kpa, "pack_a", A, a, TM, PK, nba, buf, 0, (int)pa));
     operand bt = b; /* B's panels run along its columns: pack op(B)^T */
     bt.rows = b.cols;
     bt.cols = b.rows;
     bt.s_row = b.s_col;
     bt.s_col = b.s_row;
-    CHECK_ST(pack(ctx, kp, B, bt, TN, nbb, buf, b_off));
-    int a_bs = a.batch_stride ? (int)pa : 0, b_bs = b.batch_stride ? (int)pb : 0;
+    CHECK_ST(pack(ctx, kpb, "pack_b", B, bt, TN, PK, nbb, buf, b_off, (int)pb));
     CHECK_ST(clattn__set_args(ctx, km, "matmul_packed", ARG(buf), ARG(a_bs), ARG(buf), ARG(b_off),
                               ARG(b_bs), ARG(C->buf), ARG(c_off), ARG(M), ARG(N), ARG(K),
                               ARG(alpha), ARG(beta), ARG(bias_buf), ARG(bias_off), ARGS_END));
-    size_t gws[3] = {clattn__div_up((size_t)N, TN), clattn__div_up((size_t)M, TM), (size_t)batch};
-    CHECK_ST(clattn__launch(ctx, km, 3, gws, NULL, "matmul_packed"));
+    size_t gws[3] = {clattn__div_up((size_t)N, TN),
+                     clattn__div_up(clattn__div_up((size_t)M, TM), RB), (size_t)batch};
+    CHECK_ST(clattn__launch(ctx, km, 3, gws, one_item, "matmul_packed"));
 fail:
     return st;
 }

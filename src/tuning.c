@@ -18,10 +18,12 @@ typedef struct {
 
 /* Every variant the library can build. Parameter names are the kernels' #define names. */
 static const variant_def variants[] = {
-    /* CPU shape: packed panels, each work-item owns a TM x TN register tile of VN-wide vectors. */
-    {"matmul", "cpu", "TM=12:TN=32:VN=16"},
-    /* GPU shape: TS x TS work-group tiles staged through local memory, WPT outputs per item. */
-    {"matmul", "gpu", "TS=16:WPT=4"},
+    /* CPU shape: packed panels; each work-item owns a TN-wide column strip over RB row panels,
+     * k-blocked by KC, with a TM x TN register tile of VN-wide vectors; PK k per packing item. */
+    {"matmul", "cpu", "TM=12:TN=32:VN=16:KC=256:RB=8:PK=64"},
+    /* GPU shape: TSM x TSN work-group tiles staged through local memory TSK deep, a WPTM x WPTN
+     * register sub-tile per work-item (256 work-items, 16.5 KiB of local memory). */
+    {"matmul", "gpu", "TSM=128:TSN=128:TSK=16:WPTM=8:WPTN=8"},
     /* CPU shape: one work-item per row, float8 vectors, three passes over the row (fits in L1). */
     {"softmax", "cpu", "VW=8"},
     /* GPU shape: one work-group per row, tree reductions in local memory. */
