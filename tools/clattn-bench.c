@@ -1,0 +1,691 @@
+/* clattn-bench: clattn's ops against their peers, timed back to back in one process.
+ *
+ * Every figure is the median of repeated runs after warm-up; each run is bracketed by clFinish and
+ * timed with CLOCK_MONOTONIC. Every implementation's result is checked against a reference before it
+ * is timed; a wrong result is reported and makes the tool exit 1. Ratios are clattn / peer, from
+ * figures measured in this same run.
+ *
+ *     clattn-bench [--only gemm,softmax] [--sizes 1024,2048|MxNxK,...] [--reps N] [--json] ...
+ *
+ * Adding a section (attention, multi-head, ...): write `static void bench_NAME(bench *b)` that, per
+ * case, prepares inputs, runs each implementation once and checks it (bench_check_fail on a
+ * mismatch), times it with bench_time() and records it with bench_record() (clattn's own row first,
+ * then the peers, whose ratio is taken against it); then add a line to `sections` below. The shared
+ * options (--sizes, --reps, --max-time) and both output formats come for free. */
+#include <clattn.h>
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/utsname.h>
+#include <time.h>
+#include <unistd.h>
+
+#ifdef CLATTN_BENCH_CLBLAST
+#include <clblast_c.h>
+#endif
+#if defined(CLATTN_BENCH_OPENBLAS) || defined(CLATTN_BENCH_CBLAS)
+#include <cblas.h>
+#define HAVE_CBLAS 1
+#endif
+
+#define MAX_SIZES 16
+#define MAX_ROWS 256
+
+/* One line of the report. */
+typedef struct {
+    char section[24], name[48], impl[48], unit[16];
+    double value;    /* in unit, from the median time */
+    double median_s; /* median seconds per run */
+    int reps;
+    double err;   /* worst scaled error of the check against the reference */
+    double ratio; /* clattn's value / this value (peers only, 0 for clattn's own rows) */
+} bench_row;
+
+typedef struct {
+    size_t m, n, k;
+} bench_size;
+
+typedef struct {
+    clattn_context *ctx;
+    cl_command_queue queue;
+    int reps, warmup, json, blas_threads;
+    double max_time; /* seconds of timed runs per figure, at least 3 runs */
+    bench_size sizes[MAX_SIZES];
+    int nsizes;
+    const char *only;
+    const char *section; /* the one running */
+    bench_row rows[MAX_ROWS];
+    int nrows;
+    double clattn_value; /* clattn's last figure in this case, for the peers' ratios */
+    unsigned long long rng;
+    int failures;
+} bench;
+
+/* ---- shared helpers ---- */
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static double uniform(bench *b, double lo, double hi)
+{
+    unsigned long long z = (b->rng += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    z ^= z >> 31;
+    return lo + (hi - lo) * (double)(z >> 11) * (1.0 / 9007199254740992.0);
+}
+
+static void fill(bench *b, float *x, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        x[i] = (float)uniform(b, -1, 1);
+}
+
+static void die(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "clattn-bench: ");
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\n");
+    va_end(ap);
+    exit(2);
+}
+
+/* Exits on a clattn failure: a benchmark of an op that fails is meaningless. */
+static void ok(bench *b, clattn_status st, const char *what)
+{
+    if (st != CLATTN_SUCCESS)
+        die("%s: %s: %s", what, clattn_status_string(st), clattn_last_error(b->ctx));
+}
+
+static int cmp_double(const void *x, const void *y)
+{
+    double a = *(const double *)x, c = *(const double *)y;
+    return (a > c) - (a < c);
+}
+
+/* A run of one implementation: enqueues (device) or computes (host) once; returns 0 on success. */
+typedef int (*bench_run_fn)(bench *b, void *arg);
+
+typedef struct {
+    double median_s;
+    int reps;
+} bench_timing;
+
+/* Median seconds of fn after b->warmup untimed runs. Device runs (device = 1) are bracketed by
+ * clFinish so each one's time covers its whole execution. Runs stop after b->reps or once b->max_time
+ * is spent, but never below 3. */
+static bench_timing bench_time(bench *b, bench_run_fn fn, void *arg, int device)
+{
+    double t[1024];
+    bench_timing r = {0, 0};
+    for (int i = 0; i < b->warmup; i++) {
+        if (fn(b, arg) != 0)
+            die("%s: warm-up run failed", b->section);
+        if (device)
+            clFinish(b->queue);
+    }
+    double spent = 0;
+    int n = 0, max = b->reps < 1024 ? b->reps : 1024;
+    while (n < max && (n < 3 || spent < b->max_time)) {
+        if (device)
+            clFinish(b->queue);
+        double t0 = now_s();
+        if (fn(b, arg) != 0)
+            die("%s: timed run failed", b->section);
+        if (device)
+            clFinish(b->queue);
+        t[n] = now_s() - t0;
+        spent += t[n++];
+    }
+    qsort(t, (size_t)n, sizeof t[0], cmp_double);
+    r.median_s = n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
+    r.reps = n;
+    return r;
+}
+
+/* Records a figure: value = work / median seconds (work in the unit's numerator, e.g. GFLOP).
+ * The first row of a case (peer = 0) is clattn's; peers get the ratio clattn / peer. */
+static void bench_record(bench *b, const char *name, const char *impl, int peer, double work,
+                         const char *unit, bench_timing t, double err)
+{
+    if (b->nrows == MAX_ROWS)
+        die("too many results");
+    bench_row *r = &b->rows[b->nrows++];
+    snprintf(r->section, sizeof r->section, "%s", b->section);
+    snprintf(r->name, sizeof r->name, "%s", name);
+    snprintf(r->impl, sizeof r->impl, "%s", impl);
+    snprintf(r->unit, sizeof r->unit, "%s", unit);
+    r->median_s = t.median_s;
+    r->reps = t.reps;
+    r->value = work / t.median_s;
+    r->err = err;
+    if (!peer)
+        b->clattn_value = r->value;
+    r->ratio = peer && r->value > 0 ? b->clattn_value / r->value : 0;
+    if (!b->json) {
+        fprintf(stderr, "  %-8s %-16s %-24s %10.3f ms %9.1f %s", r->section, r->name, r->impl,
+                1e3 * r->median_s, r->value, r->unit);
+        if (peer)
+            fprintf(stderr, "  (clattn %.2fx)", r->ratio);
+        fprintf(stderr, "\n");
+    }
+}
+
+/* Reports a result that failed its check; the figure is not recorded. */
+static void bench_check_fail(bench *b, const char *name, const char *impl, double err, double tol)
+{
+    fprintf(stderr, "clattn-bench: %s %s %s: WRONG RESULT (scaled error %.3g > %.3g), not timed\n",
+            b->section, name, impl, err, tol);
+    b->failures++;
+}
+
+/* ---- gemm: C = A B, float32, row-major ---- */
+
+#define GEMM_TOL 1e-4 /* as the tests: 1e-4 of max(|c|, sum|a b| / sqrt(K)) */
+#define GEMM_SAMPLES 2048
+
+typedef struct {
+    size_t m, n, k;
+    float *A, *B, *C;             /* host copies; C is the host peers' output */
+    clattn_tensor tA, tB, tC;     /* device */
+    size_t si[GEMM_SAMPLES], sj[GEMM_SAMPLES];
+    double ref[GEMM_SAMPLES], mag[GEMM_SAMPLES];
+} gemm_case;
+
+/* A sampled double-precision reference: every corner and edge of the tiles is likely to be hit
+ * by some of the random samples, and a full reference at n = 2048 would take minutes. */
+static void gemm_reference(bench *b, gemm_case *g)
+{
+    for (int s = 0; s < GEMM_SAMPLES; s++) {
+        size_t i = s < 4 ? (s & 1) * (g->m - 1) : (size_t)uniform(b, 0, (double)g->m);
+        size_t j = s < 4 ? (s >> 1) * (g->n - 1) : (size_t)uniform(b, 0, (double)g->n);
+        double acc = 0, mag = 0;
+        for (size_t k = 0; k < g->k; k++) {
+            double p = (double)g->A[i * g->k + k] * g->B[k * g->n + j];
+            acc += p;
+            mag += fabs(p);
+        }
+        g->si[s] = i;
+        g->sj[s] = j;
+        g->ref[s] = acc;
+        g->mag[s] = fmax(fabs(acc), mag / sqrt((double)g->k));
+    }
+}
+
+/* Worst scaled error of C against the samples; every element must be finite (an unwritten or
+ * NaN-poisoned element fails). */
+static double gemm_error(const gemm_case *g, const float *C)
+{
+    double worst = 0;
+    for (size_t i = 0; i < g->m * g->n; i++)
+        if (!isfinite(C[i]))
+            return INFINITY;
+    for (int s = 0; s < GEMM_SAMPLES; s++) {
+        double e = fabs(C[g->si[s] * g->n + g->sj[s]] - g->ref[s]) / g->mag[s];
+        worst = e > worst ? e : worst;
+    }
+    return worst;
+}
+
+static double gemm_device_error(bench *b, gemm_case *g, const clattn_tensor *t)
+{
+    float *got = malloc(g->m * g->n * sizeof *got);
+    if (!got)
+        die("out of memory");
+    ok(b, clattn_tensor_read_blocking(b->ctx, t, got), "read C");
+    double e = gemm_error(g, got);
+    free(got);
+    return e;
+}
+
+static int gemm_run_clattn(bench *b, void *arg)
+{
+    gemm_case *g = arg;
+    return clattn_matmul(b->ctx, &g->tA, 0, &g->tB, 0, 1.0f, 0.0f, &g->tC) != CLATTN_SUCCESS;
+}
+
+#ifdef CLATTN_BENCH_CLBLAST
+static int gemm_run_clblast(bench *b, void *arg)
+{
+    gemm_case *g = arg;
+    cl_event ev = NULL;
+    CLBlastStatusCode s = CLBlastSgemm(CLBlastLayoutRowMajor, CLBlastTransposeNo,
+                                       CLBlastTransposeNo, g->m, g->n, g->k, 1.0f, g->tA.buf, 0,
+                                       g->k, g->tB.buf, 0, g->n, 0.0f, g->tC.buf, 0, g->n,
+                                       &b->queue, &ev);
+    if (ev)
+        clReleaseEvent(ev);
+    if (s != CLBlastSuccess)
+        fprintf(stderr, "clattn-bench: CLBlastSgemm failed with status %d\n", (int)s);
+    return s != CLBlastSuccess;
+}
+#endif
+
+#ifdef HAVE_CBLAS
+static int gemm_run_cblas(bench *b, void *arg)
+{
+    (void)b;
+    gemm_case *g = arg;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)g->m, (int)g->n, (int)g->k, 1.0f,
+                g->A, (int)g->k, g->B, (int)g->n, 0.0f, g->C, (int)g->n);
+    return 0;
+}
+#endif
+
+static void bench_gemm(bench *b)
+{
+    for (int si = 0; si < b->nsizes; si++) {
+        gemm_case *g = calloc(1, sizeof *g);
+        char name[48];
+        if (!g)
+            die("out of memory");
+        g->m = b->sizes[si].m;
+        g->n = b->sizes[si].n;
+        g->k = b->sizes[si].k;
+        if (g->m == g->n && g->n == g->k)
+            snprintf(name, sizeof name, "n=%zu", g->n);
+        else
+            snprintf(name, sizeof name, "%zux%zux%zu", g->m, g->n, g->k);
+        double gflop = 2e-9 * (double)g->m * (double)g->n * (double)g->k;
+        g->A = malloc(g->m * g->k * sizeof(float));
+        g->B = malloc(g->k * g->n * sizeof(float));
+        g->C = malloc(g->m * g->n * sizeof(float));
+        if (!g->A || !g->B || !g->C)
+            die("out of memory");
+        fill(b, g->A, g->m * g->k);
+        fill(b, g->B, g->k * g->n);
+        gemm_reference(b, g);
+        size_t da[2] = {g->m, g->k}, db[2] = {g->k, g->n}, dc[2] = {g->m, g->n};
+        ok(b, clattn_tensor_create(b->ctx, CLATTN_FLOAT32, 2, da, g->A, &g->tA), "create A");
+        ok(b, clattn_tensor_create(b->ctx, CLATTN_FLOAT32, 2, db, g->B, &g->tB), "create B");
+        ok(b, clattn_tensor_create(b->ctx, CLATTN_FLOAT32, 2, dc, NULL, &g->tC), "create C");
+
+        /* clattn first: every peer's ratio is taken against it. */
+        ok(b, clattn_tensor_fill(b->ctx, &g->tC, NAN), "poison C");
+        ok(b, clattn_matmul(b->ctx, &g->tA, 0, &g->tB, 0, 1.0f, 0.0f, &g->tC), "clattn_matmul");
+        double e = gemm_device_error(b, g, &g->tC);
+        if (e > GEMM_TOL) {
+            bench_check_fail(b, name, "clattn", e, GEMM_TOL);
+        } else {
+            bench_record(b, name, "clattn", 0, gflop, "GFLOP/s",
+                         bench_time(b, gemm_run_clattn, g, 1), e);
+#ifdef CLATTN_BENCH_CLBLAST
+            ok(b, clattn_tensor_fill(b->ctx, &g->tC, NAN), "poison C");
+            if (gemm_run_clblast(b, g) == 0) {
+                e = gemm_device_error(b, g, &g->tC);
+                if (e > GEMM_TOL)
+                    bench_check_fail(b, name, "CLBlast", e, GEMM_TOL);
+                else
+                    bench_record(b, name, "CLBlast (same device)", 1, gflop, "GFLOP/s",
+                                 bench_time(b, gemm_run_clblast, g, 1), e);
+            }
+#endif
+#ifdef HAVE_CBLAS
+            char impl[48];
+#ifdef CLATTN_BENCH_OPENBLAS
+            snprintf(impl, sizeof impl, "OpenBLAS (%d thr)", openblas_get_num_threads());
+#else
+            snprintf(impl, sizeof impl, "cblas (host)");
+#endif
+            for (size_t i = 0; i < g->m * g->n; i++)
+                g->C[i] = NAN;
+            gemm_run_cblas(b, g);
+            e = gemm_error(g, g->C);
+            if (e > GEMM_TOL)
+                bench_check_fail(b, name, impl, e, GEMM_TOL);
+            else
+                bench_record(b, name, impl, 1, gflop, "GFLOP/s",
+                             bench_time(b, gemm_run_cblas, g, 0), e);
+            /* OpenBLAS's threads spin for a while after a call and would steal the cores from
+             * whatever runs next. */
+            nanosleep(&(struct timespec){0, 300000000L}, NULL);
+#endif
+        }
+        clattn_tensor_release(&g->tA);
+        clattn_tensor_release(&g->tB);
+        clattn_tensor_release(&g->tC);
+        free(g->A);
+        free(g->B);
+        free(g->C);
+        free(g);
+    }
+}
+
+/* ---- softmax: masked softmax over rows with random valid lengths ---- */
+
+#define SOFTMAX_ROWS 4096
+#define SOFTMAX_KEYS 1024
+#define SOFTMAX_TOL 1e-5
+
+typedef struct {
+    clattn_tensor x, y, copy;
+    clattn_mask mask;
+    size_t bytes;
+} softmax_case;
+
+static int softmax_run_clattn(bench *b, void *arg)
+{
+    softmax_case *s = arg;
+    return clattn_masked_softmax(b->ctx, &s->x, &s->mask, &s->y) != CLATTN_SUCCESS;
+}
+
+/* The memory ceiling as the device sees it: a copy that moves the same bytes. */
+static int softmax_run_copy(bench *b, void *arg)
+{
+    softmax_case *s = arg;
+    return clEnqueueCopyBuffer(b->queue, s->x.buf, s->copy.buf, 0, 0, s->bytes / 2, 0, NULL,
+                               NULL) != CL_SUCCESS;
+}
+
+static void bench_softmax(bench *b)
+{
+    /* (B, Q, K) with one random length in [0, K] per row (2-D lengths). */
+    const size_t B = 64, Q = SOFTMAX_ROWS / 64, K = SOFTMAX_KEYS, n = B * Q * K;
+    size_t dims[3] = {B, Q, K};
+    float *x = malloc(n * sizeof *x), *y = malloc(n * sizeof *y);
+    int *lens = malloc(B * Q * sizeof *lens);
+    softmax_case s;
+    char name[48];
+    if (!x || !y || !lens)
+        die("out of memory");
+    memset(&s, 0, sizeof s);
+    snprintf(name, sizeof name, "%zux%zu", B * Q, K);
+    for (size_t i = 0; i < n; i++)
+        x[i] = (float)uniform(b, -8, 8);
+    for (size_t r = 0; r < B * Q; r++)
+        lens[r] = (int)uniform(b, 0, (double)K + 1);
+    ok(b, clattn_tensor_create(b->ctx, CLATTN_FLOAT32, 3, dims, x, &s.x), "create scores");
+    ok(b, clattn_tensor_create(b->ctx, CLATTN_FLOAT32, 3, dims, NULL, &s.y), "create out");
+    ok(b, clattn_tensor_create(b->ctx, CLATTN_FLOAT32, 3, dims, NULL, &s.copy), "create copy");
+    s.mask.valid_lens_host = lens;
+    s.mask.lens_ndim = 2;
+    s.mask.lens_dims[0] = B;
+    s.mask.lens_dims[1] = Q;
+    s.bytes = 2 * n * sizeof(float); /* one read, one write */
+
+    ok(b, clattn_tensor_fill(b->ctx, &s.y, NAN), "poison out");
+    ok(b, clattn_masked_softmax(b->ctx, &s.x, &s.mask, &s.y), "clattn_masked_softmax");
+    ok(b, clattn_tensor_read_blocking(b->ctx, &s.y, y), "read out");
+    double worst = 0;
+    for (size_t r = 0; r < B * Q; r++) {
+        const float *xr = x + r * K, *yr = y + r * K;
+        double m = -INFINITY, sum = 0;
+        for (size_t k = 0; k < K; k++)
+            m = fmax(m, (int)k < lens[r] ? xr[k] : CLATTN_DEFAULT_FILL);
+        for (size_t k = 0; k < K; k++)
+            sum += exp(((int)k < lens[r] ? xr[k] : CLATTN_DEFAULT_FILL) - m);
+        for (size_t k = 0; k < K; k++) {
+            double want = exp(((int)k < lens[r] ? xr[k] : CLATTN_DEFAULT_FILL) - m) / sum;
+            double e = isfinite(yr[k]) ? fabs(yr[k] - want) / fmax(want, 1.0 / (double)K)
+                                       : INFINITY;
+            worst = e > worst ? e : worst;
+        }
+    }
+    if (worst > SOFTMAX_TOL) {
+        bench_check_fail(b, name, "clattn", worst, SOFTMAX_TOL);
+    } else {
+        bench_record(b, name, "clattn", 0, 1e-9 * (double)s.bytes, "GB/s",
+                     bench_time(b, softmax_run_clattn, &s, 1), worst);
+        bench_record(b, name, "clEnqueueCopyBuffer", 1, 1e-9 * (double)s.bytes, "GB/s",
+                     bench_time(b, softmax_run_copy, &s, 1), 0);
+    }
+    clattn_tensor_release(&s.x);
+    clattn_tensor_release(&s.y);
+    clattn_tensor_release(&s.copy);
+    free(x);
+    free(y);
+    free(lens);
+}
+
+/* ---- sections, options, output ---- */
+
+typedef struct {
+    const char *name, *what;
+    void (*run)(bench *b);
+} bench_section;
+
+static const bench_section sections[] = {
+    {"gemm", "C = A B (float32, row-major) vs CLBlast on the same device and cblas on the host",
+     bench_gemm},
+    {"softmax", "masked softmax, 4096 x 1024, random valid lengths, GB/s read + written",
+     bench_softmax},
+};
+#define NSECTIONS (sizeof sections / sizeof sections[0])
+
+static int selected(const bench *b, const char *name)
+{
+    if (!b->only)
+        return 1;
+    size_t n = strlen(name);
+    for (const char *s = b->only; *s;) {
+        const char *c = strchr(s, ',');
+        size_t len = c ? (size_t)(c - s) : strlen(s);
+        if (len == n && strncmp(s, name, n) == 0)
+            return 1;
+        s += len + (c != NULL);
+    }
+    return 0;
+}
+
+static void parse_sizes(bench *b, const char *arg)
+{
+    b->nsizes = 0;
+    for (const char *s = arg; *s;) {
+        char *end;
+        bench_size z;
+        if (b->nsizes == MAX_SIZES)
+            die("--sizes: at most %d sizes", MAX_SIZES);
+        errno = 0;
+        z.m = strtoul(s, &end, 10);
+        z.n = z.k = z.m;
+        if (*end == 'x') {
+            z.n = strtoul(end + 1, &end, 10);
+            if (*end != 'x')
+                die("--sizes: '%s': expected N or MxNxK", arg);
+            z.k = strtoul(end + 1, &end, 10);
+        }
+        if (errno || !z.m || !z.n || !z.k || (*end && *end != ','))
+            die("--sizes: '%s': expected N or MxNxK, comma-separated", arg);
+        b->sizes[b->nsizes++] = z;
+        s = *end ? end + 1 : end;
+    }
+}
+
+static void usage(void)
+{
+    printf("usage: clattn-bench [options]\n"
+           "  --only LIST        sections to run, comma-separated (default: all)\n"
+           "  --sizes LIST       GEMM sizes: N (square) or MxNxK, comma-separated (1024,2048)\n"
+           "  --reps N           timed runs per figure, the median is reported (15)\n"
+           "  --warmup N         untimed runs before timing (2)\n"
+           "  --max-time S       stop timing a figure after S seconds, at least 3 runs (5)\n"
+           "  --blas-threads N   host BLAS threads (default: the OpenCL device's compute units\n"
+           "                     when it is a CPU, else the online CPUs)\n"
+           "  --device SPEC      as CLATTN_DEVICE\n"
+           "  --seed N           input seed (1)\n"
+           "  --json             machine-readable results on stdout\n"
+           "  --list             list the sections\n"
+           "sections:\n");
+    for (size_t i = 0; i < NSECTIONS; i++)
+        printf("  %-10s %s\n", sections[i].name, sections[i].what);
+}
+
+static void json_string(const char *s)
+{
+    putchar('"');
+    for (; *s; s++) {
+        if (*s == '"' || *s == '\\')
+            printf("\\%c", *s);
+        else if ((unsigned char)*s < 0x20)
+            printf("\\u%04x", *s);
+        else
+            putchar(*s);
+    }
+    putchar('"');
+}
+
+static void print_json(const bench *b, int argc, char **argv)
+{
+    struct utsname u;
+    uname(&u);
+    printf("{\n  \"tool\": \"clattn-bench\",\n  \"clattn_version\": ");
+    json_string(clattn_version());
+    printf(",\n  \"command\": ");
+    {
+        char cmd[2048] = "";
+        size_t used = 0;
+        for (int i = 0; i < argc && used < sizeof cmd; i++)
+            used += (size_t)snprintf(cmd + used, sizeof cmd - used, "%s%s", i ? " " : "", argv[i]);
+        json_string(cmd);
+    }
+    printf(",\n  \"device\": ");
+    json_string(clattn_context_description(b->ctx));
+    printf(",\n  \"host\": ");
+    {
+        char host[512];
+        snprintf(host, sizeof host, "%s %s %s, %ld online CPUs", u.sysname, u.release, u.machine,
+                 sysconf(_SC_NPROCESSORS_ONLN));
+        json_string(host);
+    }
+    printf(",\n  \"blas_threads\": %d,\n  \"reps\": %d,\n  \"warmup\": %d,\n  \"results\": [",
+           b->blas_threads, b->reps, b->warmup);
+    for (int i = 0; i < b->nrows; i++) {
+        const bench_row *r = &b->rows[i];
+        printf("%s\n    {\"section\": ", i ? "," : "");
+        json_string(r->section);
+        printf(", \"case\": ");
+        json_string(r->name);
+        printf(", \"impl\": ");
+        json_string(r->impl);
+        printf(", \"value\": %.4g, \"unit\": ", r->value);
+        json_string(r->unit);
+        printf(", \"median_ms\": %.6g, \"reps\": %d, \"check_error\": %.3g", 1e3 * r->median_s,
+               r->reps, r->err);
+        if (r->ratio > 0)
+            printf(", \"clattn_ratio\": %.4g", r->ratio);
+        printf("}");
+    }
+    printf("\n  ],\n  \"failures\": %d\n}\n", b->failures);
+}
+
+static void print_table(const bench *b)
+{
+    printf("| section | case | implementation | median ms | value | unit | clattn / this |\n");
+    printf("|---|---|---|---:|---:|---|---:|\n");
+    for (int i = 0; i < b->nrows; i++) {
+        const bench_row *r = &b->rows[i];
+        printf("| %s | %s | %s | %.3f | %.1f | %s | ", r->section, r->name, r->impl,
+               1e3 * r->median_s, r->value, r->unit);
+        if (r->ratio > 0)
+            printf("%.2fx |\n", r->ratio);
+        else
+            printf("|\n");
+    }
+}
+
+static int int_arg(const char *opt, const char *v, int lo)
+{
+    char *end;
+    long x = v ? strtol(v, &end, 10) : 0;
+    if (!v || *end || x < lo || x > 1000000)
+        die("%s needs an integer >= %d", opt, lo);
+    return (int)x;
+}
+
+int main(int argc, char **argv)
+{
+    static bench b;
+    clattn_params params;
+    memset(&params, 0, sizeof params);
+    b.reps = 15;
+    b.warmup = 2;
+    b.max_time = 5;
+    b.rng = 1;
+    parse_sizes(&b, "1024,2048");
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--json")) {
+            b.json = 1;
+            continue;
+        }
+        if (!strcmp(a, "--help") || !strcmp(a, "-h") || !strcmp(a, "--list")) {
+            usage();
+            return 0;
+        }
+        if (!v)
+            die("%s needs a value (see --help)", a);
+        i++;
+        if (!strcmp(a, "--only")) {
+            b.only = v;
+            for (const char *s = v; *s;) {
+                size_t len = strcspn(s, ",");
+                size_t k = 0;
+                while (k < NSECTIONS &&
+                       (strlen(sections[k].name) != len || strncmp(sections[k].name, s, len)))
+                    k++;
+                if (k == NSECTIONS)
+                    die("--only: unknown section '%.*s' (see --list)", (int)len, s);
+                s += len + (s[len] == ',');
+            }
+        } else if (!strcmp(a, "--sizes")) {
+            parse_sizes(&b, v);
+        } else if (!strcmp(a, "--reps")) {
+            b.reps = int_arg(a, v, 3);
+        } else if (!strcmp(a, "--warmup")) {
+            b.warmup = int_arg(a, v, 0);
+        } else if (!strcmp(a, "--max-time")) {
+            b.max_time = int_arg(a, v, 0);
+        } else if (!strcmp(a, "--blas-threads")) {
+            b.blas_threads = int_arg(a, v, 1);
+        } else if (!strcmp(a, "--device")) {
+            params.device = v;
+        } else if (!strcmp(a, "--seed")) {
+            b.rng = (unsigned long long)int_arg(a, v, 0);
+        } else {
+            die("unknown option %s (see --help)", a);
+        }
+    }
+    if (clattn_context_create(&b.ctx, &params) != CLATTN_SUCCESS)
+        die("no context: %s", clattn_last_error(NULL));
+    b.queue = clattn_context_queue(b.ctx);
+    if (!b.blas_threads) {
+        cl_device_type type = 0;
+        cl_uint cus = 0;
+        clGetDeviceInfo(clattn_context_device(b.ctx), CL_DEVICE_TYPE, sizeof type, &type, NULL);
+        clGetDeviceInfo(clattn_context_device(b.ctx), CL_DEVICE_MAX_COMPUTE_UNITS, sizeof cus,
+                        &cus, NULL);
+        b.blas_threads = (type & CL_DEVICE_TYPE_CPU) && cus ? (int)cus
+                                                           : (int)sysconf(_SC_NPROCESSORS_ONLN);
+    }
+#ifdef CLATTN_BENCH_OPENBLAS
+    openblas_set_num_threads(b.blas_threads);
+#endif
+    if (!b.json)
+        fprintf(stderr, "clattn-bench %s on %s\n  host BLAS threads %d, median of up to %d runs "
+                        "after %d warm-up\n",
+                clattn_version(), clattn_context_description(b.ctx), b.blas_threads, b.reps,
+                b.warmup);
+    for (size_t i = 0; i < NSECTIONS; i++) {
+        if (!selected(&b, sections[i].name))
+            continue;
+        b.section = sections[i].name;
+        sections[i].run(&b);
+    }
+    if (b.json)
+        print_json(&b, argc, argv);
+    else
+        print_table(&b);
+    clattn_context_destroy(&b.ctx);
+    if (b.failures)
+        fprintf(stderr, "clattn-bench: %d result(s) failed their check\n", b.failures);
+    return b.failures ? 1 : 0;
+}
