@@ -133,6 +133,9 @@ CLATTN_API cl_device_id clattn_context_device(const clattn_context *ctx);
 CLATTN_API cl_command_queue clattn_context_queue(const clattn_context *ctx);
 /* One line: "device name (vendor, type, platform, OpenCL C x.y, driver ...)". */
 CLATTN_API const char *clattn_context_description(const clattn_context *ctx);
+/* Device memory the context holds for intermediates (its scratch arena), in bytes. The arena
+ * grows to the largest op run so far and is reused; it is freed with the context. */
+CLATTN_API size_t clattn_context_scratch_bytes(const clattn_context *ctx);
 /* Blocks until everything enqueued on the context's queue has finished. */
 CLATTN_API clattn_status clattn_finish(clattn_context *ctx);
 

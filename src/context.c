@@ -142,6 +142,14 @@ cl_device_id clattn_context_device(const clattn_context *c) { return c ? c->devi
 cl_command_queue clattn_context_queue(const clattn_context *c) { return c ? c->queue : NULL; }
 const char *clattn_context_description(const clattn_context *c) { return c ? c->description : ""; }
 
+size_t clattn_context_scratch_bytes(const clattn_context *c)
+{
+    size_t n = 0;
+    for (int i = 0; c && i < CLATTN_SCRATCH_COUNT; i++)
+        n += c->scratch_bytes[i];
+    return n;
+}
+
 clattn_status clattn_finish(clattn_context *ctx)
 {
     clattn_status st = CLATTN_SUCCESS;
@@ -158,9 +166,10 @@ clattn_status clattn__scratch(clattn_context *ctx, int slot, size_t bytes, cl_me
     if (bytes == 0)
         bytes = 4;
     if (ctx->scratch_bytes[slot] < bytes) {
-        /* Grow by at least 1.5x so a sequence of slightly larger calls does not reallocate each
-         * time. Release defers the free until queued kernels using the old buffer are done. */
-        size_t want = bytes + bytes / 2;
+        /* The first allocation is exact; later growth takes 1.5x so a sequence of slightly larger
+         * calls does not reallocate each time. Release defers the free until queued kernels using
+         * the old buffer are done. */
+        size_t want = ctx->scratch[slot] ? bytes + bytes / 2 : bytes;
         if (want > ctx->max_alloc)
             want = bytes;
         CHECK(ctx, bytes <= ctx->max_alloc, CLATTN_ERROR_OUT_OF_MEMORY,
