@@ -48,6 +48,66 @@ inline floatV masked_vec(__global const float *x, int k, int limit, __global con
     return select((floatV)(fill), v, ok);
 }
 
+/* Horizontal reductions of a floatV. */
+inline float hmax(floatV v)
+{
+#if VW == 16
+    v.lo = fmax(v.lo, v.hi);
+#endif
+    return fmax(fmax(fmax(v.s0, v.s1), fmax(v.s2, v.s3)), fmax(fmax(v.s4, v.s5), fmax(v.s6, v.s7)));
+}
+inline float hsum(floatV v)
+{
+#if VW == 16
+    v.lo += v.hi;
+#endif
+    return ((v.s0 + v.s1) + (v.s2 + v.s3)) + ((v.s4 + v.s5) + (v.s6 + v.s7));
+}
+
+/* A row blocked only by lengths or causality: keys [0, limit) are live and every key past them
+ * holds the same fill value, so its exponential is computed once, the blocked scores are never
+ * read, and the blocked outputs are one constant. Same result as masking every element first. */
+inline void softmax_prefix(__global const float *xr, __global float *yr, int K, int limit,
+                           float fill)
+{
+    int lv = limit - limit % VW, k;
+    floatV mv = (floatV)(-INFINITY);
+    float m = limit < K ? fill : -INFINITY;
+    for (k = 0; k < lv; k += VW)
+        mv = fmax(mv, vloadV(0, xr + k));
+    for (; k < limit; k++)
+        m = fmax(m, xr[k]);
+    m = fmax(m, hmax(mv));
+
+    floatV sv = (floatV)(0.0f);
+    float s = 0.0f;
+    for (k = 0; k < lv; k += VW) {
+        floatV e = exp(vloadV(0, xr + k) - (floatV)(m));
+        sv += e;
+        vstoreV(e, 0, yr + k);
+    }
+    for (; k < limit; k++) {
+        float e = exp(xr[k] - m);
+        s += e;
+        yr[k] = e;
+    }
+    float e_fill = limit < K ? exp(fill - m) : 0.0f;
+    s += hsum(sv) + (float)(K - limit) * e_fill;
+
+    float inv = 1.0f / s;
+    for (k = 0; k < lv; k += VW)
+        vstoreV(vloadV(0, yr + k) * (floatV)(inv), 0, yr + k);
+    for (; k < limit; k++)
+        yr[k] *= inv;
+    float y_fill = e_fill * inv;
+    for (; k < K && k % VW; k++)
+        yr[k] = y_fill;
+    for (; k + VW <= K; k += VW)
+        vstoreV((floatV)(y_fill), 0, yr + k);
+    for (; k < K; k++)
+        yr[k] = y_fill;
+}
+
 __kernel void masked_softmax_rows(__global const float *x, int x_off, __global float *y, int y_off,
                                   int nrows, int K, MASK_PARAMS)
 {
@@ -59,6 +119,10 @@ __kernel void masked_softmax_rows(__global const float *x, int x_off, __global f
     __global const int *mrow = clattn_mask_row(mask, mask_off, ms, d0, d1, q);
     __global const float *xr = x + x_off + (size_t)r * K;
     __global float *yr = y + y_off + (size_t)r * K;
+    if (!mrow) {
+        softmax_prefix(xr, yr, K, limit, fill);
+        return;
+    }
     int kv = K - K % VW, k;
 
     floatV mv = (floatV)(-INFINITY);
@@ -67,11 +131,7 @@ __kernel void masked_softmax_rows(__global const float *x, int x_off, __global f
         mv = fmax(mv, masked_vec(xr, k, limit, mrow, ms.w, fill));
     for (; k < K; k++)
         m = fmax(m, clattn_masked(xr[k], k, limit, mrow, ms.w, fill));
-#if VW == 16
-    mv.lo = fmax(mv.lo, mv.hi);
-#endif
-    m = fmax(m, fmax(fmax(fmax(mv.s0, mv.s1), fmax(mv.s2, mv.s3)),
-                     fmax(fmax(mv.s4, mv.s5), fmax(mv.s6, mv.s7))));
+    m = fmax(m, hmax(mv));
 
     floatV sv = (floatV)(0.0f);
     float s = 0.0f;
@@ -85,10 +145,7 @@ __kernel void masked_softmax_rows(__global const float *x, int x_off, __global f
         s += e;
         yr[k] = e;
     }
-#if VW == 16
-    sv.lo += sv.hi;
-#endif
-    s += ((sv.s0 + sv.s1) + (sv.s2 + sv.s3)) + ((sv.s4 + sv.s5) + (sv.s6 + sv.s7));
+    s += hsum(sv);
 
     float inv = 1.0f / s;
     for (k = 0; k < kv; k += VW)
