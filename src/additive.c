@@ -127,11 +127,10 @@ clattn_status clattn_additive_attention(clattn_context *ctx, const clattn_tensor
     size_t h;
     CHECK(NULL, ctx, CLATTN_ERROR_INVALID_ARGUMENT, "ctx: NULL context");
     CHECK_ST(check_additive(ctx, queries, keys, values, w, out, weights, &h));
-    const clattn_dropout_params *drop = opts ? &opts->dropout : NULL;
-    CHECK_ST(clattn__check_dropout(ctx, drop, "opts.dropout"));
     size_t B = queries->dims[0], nq = queries->dims[1], nk = keys->dims[1];
     size_t sdims[3] = {B, nq, nk};
-    CHECK_ST(clattn__resolve_mask_dims(ctx, opts ? &opts->mask : NULL, 3, sdims, "opts.mask", &m));
+    const clattn_dropout_params *drop;
+    CHECK_ST(clattn__resolve_opts(ctx, opts, 3, sdims, &m, &drop));
     /* scratch: projected queries and keys, then scores (unless returned) and dropped weights */
     size_t nqp = B * nq * h, nkp = B * nk * h, ns = B * nq * nk;
     int dropping = clattn__dropout_active(drop);

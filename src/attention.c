@@ -23,6 +23,18 @@ fail:
     return st;
 }
 
+clattn_status clattn__resolve_opts(clattn_context *ctx, const clattn_attention_opts *opts,
+                                   int rank, const size_t *sdims, clattn_mask_args *m,
+                                   const clattn_dropout_params **drop)
+{
+    clattn_status st = CLATTN_SUCCESS;
+    *drop = opts ? &opts->dropout : NULL;
+    CHECK_ST(clattn__check_dropout(ctx, *drop, "opts.dropout"));
+    CHECK_ST(clattn__resolve_mask_dims(ctx, opts ? &opts->mask : NULL, rank, sdims, "opts.mask", m));
+fail:
+    return st;
+}
+
 /* A view of n floats at element `off` of buf, shaped like `like` with its last two dims
  * replaced by (rows, cols). */
 static clattn_tensor shaped(cl_mem buf, size_t off, const clattn_tensor *like, size_t rows,
@@ -110,19 +122,17 @@ clattn_status clattn_dot_product_attention(clattn_context *ctx, const clattn_ten
 {
     clattn_status st = CLATTN_SUCCESS;
     clattn_mask_args m = {0};
+    const clattn_dropout_params *drop;
     CHECK(NULL, ctx, CLATTN_ERROR_INVALID_ARGUMENT, "ctx: NULL context");
     CHECK_ST(check_qkv(ctx, Q, K, V, out, weights));
     float scale = opts && opts->scale != 0.0f ? opts->scale
                                               : (float)(1.0 / sqrt((double)Q->dims[Q->ndim - 1]));
     CHECK(ctx, isfinite(scale), CLATTN_ERROR_INVALID_ARGUMENT, "opts.scale: not finite");
-    CHECK_ST(clattn__check_dropout(ctx, opts ? &opts->dropout : NULL, "opts.dropout"));
     size_t sdims[4];
     memcpy(sdims, Q->dims, sizeof sdims);
     sdims[Q->ndim - 1] = K->dims[K->ndim - 2];
-    CHECK_ST(clattn__resolve_mask_dims(ctx, opts ? &opts->mask : NULL, Q->ndim, sdims, "opts.mask",
-                                       &m));
-    CHECK_ST(clattn__attention_core(ctx, Q, K, V, &m, opts ? &opts->dropout : NULL, scale, out,
-                                    weights));
+    CHECK_ST(clattn__resolve_opts(ctx, opts, Q->ndim, sdims, &m, &drop));
+    CHECK_ST(clattn__attention_core(ctx, Q, K, V, &m, drop, scale, out, weights));
 fail:
     clattn__mask_release(&m);
     return st;

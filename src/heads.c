@@ -43,25 +43,29 @@ fail:
     return st;
 }
 
+/* Checks the pair and moves seq -> heads (to_heads) or heads -> seq. */
+static clattn_status transpose(clattn_context *ctx, const clattn_tensor *seq, const char *seq_name,
+                               const clattn_tensor *heads, const char *heads_name, int H,
+                               int to_heads)
+{
+    clattn_status st = CLATTN_SUCCESS;
+    CHECK_ST(check_pair(ctx, seq, seq_name, heads, heads_name, H));
+    const clattn_tensor *src = to_heads ? seq : heads, *dst = to_heads ? heads : seq;
+    CHECK_ST(clattn__enqueue_heads(ctx, src->buf, src->offset, dst->buf, dst->offset,
+                                   (int)seq->dims[0], (int)seq->dims[1], H,
+                                   (int)(seq->dims[2] / (size_t)H), to_heads));
+fail:
+    return st;
+}
+
 clattn_status clattn_transpose_qkv(clattn_context *ctx, const clattn_tensor *x, int num_heads,
                                    const clattn_tensor *out)
 {
-    clattn_status st = CLATTN_SUCCESS;
-    CHECK_ST(check_pair(ctx, x, "x", out, "out", num_heads));
-    CHECK_ST(clattn__enqueue_heads(ctx, x->buf, x->offset, out->buf, out->offset, (int)x->dims[0],
-                                   (int)x->dims[1], num_heads, (int)(x->dims[2] / num_heads), 1));
-fail:
-    return st;
+    return transpose(ctx, x, "x", out, "out", num_heads, 1);
 }
 
 clattn_status clattn_transpose_output(clattn_context *ctx, const clattn_tensor *x, int num_heads,
                                       const clattn_tensor *out)
 {
-    clattn_status st = CLATTN_SUCCESS;
-    CHECK_ST(check_pair(ctx, out, "out", x, "x", num_heads));
-    CHECK_ST(clattn__enqueue_heads(ctx, x->buf, x->offset, out->buf, out->offset,
-                                   (int)out->dims[0], (int)out->dims[1], num_heads,
-                                   (int)(out->dims[2] / num_heads), 0));
-fail:
-    return st;
+    return transpose(ctx, out, "out", x, "x", num_heads, 0);
 }

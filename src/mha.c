@@ -101,12 +101,11 @@ clattn_status clattn_multihead_attention(clattn_context *ctx, const clattn_tenso
     size_t hid;
     CHECK(NULL, ctx, CLATTN_ERROR_INVALID_ARGUMENT, "ctx: NULL context");
     CHECK_ST(check_mha(ctx, queries, keys, values, w, out, weights, &hid));
-    const clattn_dropout_params *drop = opts ? &opts->dropout : NULL;
-    CHECK_ST(clattn__check_dropout(ctx, drop, "opts.dropout"));
     size_t B = queries->dims[0], nq = queries->dims[1], nk = keys->dims[1];
     size_t H = (size_t)w->num_heads, dh = hid / H;
     size_t sdims[4] = {B, H, nq, nk};
-    CHECK_ST(clattn__resolve_mask_dims(ctx, opts ? &opts->mask : NULL, 4, sdims, "opts.mask", &m));
+    const clattn_dropout_params *drop;
+    CHECK_ST(clattn__resolve_opts(ctx, opts, 4, sdims, &m, &drop));
     mha_layout l = layout(B, nq, nk, hid);
     CHECK_ST(clattn__scratch(ctx, CLATTN_SCRATCH_MODULE, l.total * 4, &buf));
     clattn_tensor qp = clattn_view(buf, CLATTN_FLOAT32, l.qp, 3, (size_t[]){B, nq, hid});
