@@ -95,11 +95,18 @@ inline float16 mask16(float16 s, int kidx, int nk, int limit, __global const int
     return select((float16)(-INFINITY), s, idx < (int16)(nk));
 }
 
+/* max without fmax's NaN bookkeeping (scores are never NaN unless the inputs are) */
+inline float16 max16(float16 a, float16 b)
+{
+    return select(a, b, b > a);
+}
+
 inline float hmax16(float16 v)
 {
-    float8 a = fmax(v.lo, v.hi);
-    float4 b = fmax(a.lo, a.hi);
-    return fmax(fmax(b.x, b.y), fmax(b.z, b.w));
+    float8 a = select(v.lo, v.hi, v.hi > v.lo);
+    float4 b = select(a.lo, a.hi, a.hi > a.lo);
+    float2 c = select(b.lo, b.hi, b.hi > b.lo);
+    return c.y > c.x ? c.y : c.x;
 }
 
 inline float hsum16(float16 v)
@@ -119,6 +126,18 @@ inline float16 drop16(float16 p, ulong e, uint2 seed, uint2 offset, uint thresho
     return vload16(0, t);
 }
 
+/* QR running-max corrections exp(m_old - m_new) computed as one vector */
+#if QR <= 4
+#define CQ 4
+#define CORR_EXP(t) vstore4(exp(vload4(0, t)), 0, t)
+#elif QR <= 8
+#define CQ 8
+#define CORR_EXP(t) vstore8(exp(vload8(0, t)), 0, t)
+#else
+#define CQ 16
+#define CORR_EXP(t) vstore16(exp(vload16(0, t)), 0, t)
+#endif
+
 __kernel void flash_cpu(__global const float *Q, int q_off, __global const float *kt,
                         __global const float *vp, int vp_off, __global float *O, int o_off, int nq, int nk,
                         int d, int dv, int nblk, float scale, FLASH_MASK_PARAMS,
@@ -126,20 +145,22 @@ __kernel void flash_cpu(__global const float *Q, int q_off, __global const float
 {
     int g = get_global_id(0), bb = get_global_id(1);
     int d0 = bb / D1, d1 = bb % D1;
-    int row[QR], limit[QR], maxlimit = 0;
+    int row[QR], limit[QR], maxlimit = 0, minlimit = nk;
     __global const int *mrow[QR];
     __global const float *qr[QR];
-    float m[QR], l[QR];
+    float m[QR];
+    float16 lv[QR];
     float16 acc[QR][NVD];
     #pragma unroll
     for (int r = 0; r < QR; r++) {
         row[r] = min(g * QR + r, nq - 1); /* rows past nq recompute the last one, unwritten */
         limit[r] = clattn_row_limit(d0, row[r], nk, lens, lens_off, lens_mode, nq, causal);
         maxlimit = max(maxlimit, limit[r]);
+        minlimit = min(minlimit, limit[r]);
         mrow[r] = clattn_mask_row(mask, mask_off, ms, d0, d1, row[r]);
         qr[r] = Q + q_off + ((size_t)bb * nq + row[r]) * d;
         m[r] = -INFINITY;
-        l[r] = 0.0f;
+        lv[r] = (float16)(0.0f);
         #pragma unroll
         for (int c = 0; c < NVD; c++)
             acc[r][c] = (float16)(0.0f);
@@ -169,35 +190,53 @@ __kernel void flash_cpu(__global const float *Q, int q_off, __global const float
                 float16 qv = (float16)(qr[r][e]);
                 #pragma unroll
                 for (int j = 0; j < NKV; j++)
-                    s[r][j] = mad(qv, kv[j], s[r][j]);
+                    s[r][j] = fma(qv, kv[j], s[r][j]);
             }
         }
-        float pb[QR][KB];
+        #pragma unroll
+        for (int r = 0; r < QR; r++)
+            #pragma unroll
+            for (int j = 0; j < NKV; j++)
+                s[r][j] *= (float16)(scale);
+        if (mask || kbase + KB > minlimit) { /* some key of the block is blocked or padding */
+            #pragma unroll
+            for (int r = 0; r < QR; r++)
+                #pragma unroll
+                for (int j = 0; j < NKV; j++)
+                    s[r][j] = mask16(s[r][j], kbase + 16 * j, nk, limit[r], mrow[r], ms.w, fill);
+        }
+        float pb[QR][KB], cd[CQ];
+        #pragma unroll
+        for (int r = 0; r < CQ; r++)
+            cd[r] = 0.0f;
         #pragma unroll
         for (int r = 0; r < QR; r++) {
-            float bm = -INFINITY;
+            float16 vm = s[r][0];
             #pragma unroll
-            for (int j = 0; j < NKV; j++) {
-                s[r][j] = mask16(s[r][j] * (float16)(scale), kbase + 16 * j, nk, limit[r], mrow[r],
-                                 ms.w, fill);
-                bm = fmax(bm, hmax16(s[r][j]));
-            }
-            float mn = fmax(m[r], bm), corr = exp(m[r] - mn);
-            float bs = 0.0f;
+            for (int j = 1; j < NKV; j++)
+                vm = max16(vm, s[r][j]);
+            float bm = hmax16(vm), mn = bm > m[r] ? bm : m[r];
+            cd[r] = m[r] - mn;
+            m[r] = mn;
+            float16 ps = (float16)(0.0f);
             #pragma unroll
             for (int j = 0; j < NKV; j++) {
                 float16 p = exp(s[r][j] - (float16)(mn));
-                bs += hsum16(p);
+                ps += p;
                 if (drop)
                     p = drop16(p, ((ulong)bb * nq + row[r]) * nk + kbase + 16 * j, seed, offset,
                                threshold, dscale);
                 vstore16(p, j, pb[r]);
             }
-            l[r] = l[r] * corr + bs;
-            m[r] = mn;
+            s[r][0] = ps;
+        }
+        CORR_EXP(cd);
+        #pragma unroll
+        for (int r = 0; r < QR; r++) {
+            lv[r] = fma(lv[r], (float16)(cd[r]), s[r][0]);
             #pragma unroll
             for (int c = 0; c < NVD; c++)
-                acc[r][c] *= (float16)(corr);
+                acc[r][c] *= (float16)(cd[r]);
         }
         __global const float *vb = vp + vp_off + ((size_t)bb * nblk * KB + kbase) * DVP;
         for (int k = 0; k < KB; k++) {
@@ -206,7 +245,7 @@ __kernel void flash_cpu(__global const float *Q, int q_off, __global const float
                 float16 vv = vload16(c, vb + k * DVP);
                 #pragma unroll
                 for (int r = 0; r < QR; r++)
-                    acc[r][c] = mad((float16)(pb[r][k]), vv, acc[r][c]);
+                    acc[r][c] = fma((float16)(pb[r][k]), vv, acc[r][c]);
             }
         }
     }
@@ -214,7 +253,7 @@ __kernel void flash_cpu(__global const float *Q, int q_off, __global const float
     for (int r = 0; r < QR; r++) {
         if (g * QR + r >= nq)
             break;
-        float inv = 1.0f / l[r];
+        float inv = 1.0f / hsum16(lv[r]);
         __global float *o = O + o_off + ((size_t)bb * nq + row[r]) * dv;
         #pragma unroll
         for (int c = 0; c < NVD; c++) {
