@@ -155,6 +155,13 @@ static clattn_status enqueue_tiled(clattn_context *ctx, const clattn_tuning *tun
     CHECK(ctx, TSM * TSK % threads == 0 && TSN * TSK % threads == 0, CLATTN_ERROR_INVALID_ARGUMENT,
           "tuning: matmul=gpu: the TSMxTSK and TSNxTSK tiles (%dx%d, %dx%d) must split evenly over "
           "the %d work-items of a group", TSM, TSK, TSN, TSK, threads);
+    /* A tile over twice the matrix only multiplies zeros (and idles the GPU's other cores):
+     * halve it while it is, down to 32 (each size is one more program build), keeping the
+     * divisibility checked above. */
+    while (TSM % (2 * WPTM) == 0 && TSM / 2 >= M && TSM / 2 >= 32)
+        set_param(&tune, "TSM", TSM /= 2);
+    while (TSN % (2 * WPTN) == 0 && TSN / 2 >= N && TSN / 2 >= 32)
+        set_param(&tune, "TSN", TSN /= 2);
     clGetDeviceInfo(ctx->device, CL_DEVICE_MAX_WORK_ITEM_SIZES, sizeof item_max, item_max, NULL);
     /* Clamp to the device: halve the larger tile dimension (and with it the group) until the group
      * and its local memory fit the device and the compiled kernel. Halving keeps the divisibility
