@@ -6,14 +6,16 @@
  * beta == 0 never reads C's old contents, so they do not matter (NaN included).
  *
  * Variants:
- * - CPU shape (pack_a + pack_b + matmul_packed): op(A) is packed into TM-row panels laid out
- *   (batch, panel, k, TM) and op(B) into TN-column panels (batch, panel, k, TN), zero padded, so
- *   both operands stream contiguously whatever their transposes and however badly their row length
- *   aliases in the caches (powers of two). Each work-item then owns a TN-wide column strip of C over
- *   RB consecutive row panels: for every KC-deep slice of k it keeps the KC x TN slice of its B panel
- *   in L1 while it sweeps its RB A panels, each time holding a TM x TN tile of C in TM * TN / VN
- *   vector registers. PoCL vectorizes nothing across work-items once the kernel has a loop, hence
- *   the explicit VN-wide vectors and fma (mad compiles to a separate multiply and add there).
+ * - CPU shape (pack_* + matmul_rows or matmul_packed): op(B) is packed into TN-column panels laid
+ *   out (batch, panel, k, TN), zero padded, so that each KC x TN slice of a panel is one contiguous
+ *   32 KiB block however badly B's row length aliases in the caches (powers of two). Each work-item
+ *   owns a TN-wide column strip of C over RB consecutive TM-row panels: for every KC-deep slice of
+ *   k it keeps the B slice in L1 while it sweeps its RB row panels, each time holding a TM x TN tile
+ *   of C in TM * TN / VN vector registers and broadcasting one element of A per row and k. A whose
+ *   rows run along k is read in place, TM row streams at once (matmul_rows: as fast as packed
+ *   panels and no packing pass); a transposed A is first packed into TM-row panels (batch, panel,
+ *   k, TM) (matmul_packed). PoCL vectorizes nothing across work-items once the kernel has a loop,
+ *   hence the explicit VN-wide vectors and fma (mad compiles to a separate multiply and add there).
  * - GPU shape (matmul_tiled): local-memory tiles and register blocking, see below. */
 
 #ifndef TM
@@ -32,7 +34,7 @@
 #define RB 8 /* row panels per work-item: the reuse count of each B slice */
 #endif
 #ifndef PK
-#define PK 64 /* k values packed per work-item */
+#define PK 16 /* k values packed per work-item */
 #endif
 
 #if VN == 16
@@ -63,11 +65,34 @@
             (d)[w_] = (s)[w_];                                                                     \
     } while (0)
 
-/* Packing is a memory-bound transpose, so each work-item moves a PK x P block with vector loads
- * and stores: dst[b][p][k][w] = src(b, row p*P + w, col k), 0 past R rows, with src(b, r, k) =
- * src[s_off + b*s_bs + r*s_sr + k*s_sk]. Work-item (k / PK, p, b). Rows contiguous in memory
- * (s_sr == 1) are plain copies; columns contiguous (s_sk == 1) are transposed 16 k at a time
- * through registers. */
+/* Packing into panels: dst[b][p][k][w] = src(b, row p*P + w, col k), 0 past R rows, with
+ * src(b, r, k) = src[s_off + b*s_bs + r*s_sr + k*s_sk]. It is memory-bound, so every work-item
+ * moves whole vectors.
+ * PACK_ROWS, for s_sr == 1 (a row of the source holds k's P-runs of every panel): work-item
+ * (k / PK, b) sweeps PK source rows from end to end, so reads are long contiguous streams and each
+ * write is a whole P-run. */
+#define PACK_ROWS(NAME, P)                                                                         \
+    __kernel void NAME(__global const float *src, int s_off, int s_bs, int s_sr, int s_sk, int R, \
+                       int K, __global float *dst, int d_off, int d_bs)                            \
+    {                                                                                              \
+        int k = get_global_id(0) * PK, b = get_global_id(2);                                       \
+        if (k >= K)                                                                                \
+            return;                                                                                \
+        int k1 = min(k + PK, K), full = R / P, np = (R + P - 1) / P;                               \
+        __global const float *s = src + s_off + b * s_bs;                                          \
+        __global float *d = dst + d_off + b * d_bs;                                                \
+        for (; k < k1; k++) {                                                                      \
+            for (int p = 0; p < full; p++)                                                         \
+                COPY_P(P, s + k * s_sk + p * P, d + ((size_t)p * K + k) * P);                      \
+            for (int p = full; p < np; p++)                                                        \
+                for (int w = 0; w < P; w++)                                                        \
+                    d[((size_t)p * K + k) * P + w] =                                               \
+                        p * P + w < R ? s[k * s_sk + p * P + w] : 0.0f;                            \
+        }                                                                                          \
+    }
+
+/* PACK_PANELS, for s_sk == 1 (a transposed B) or any strides: work-item (k / PK, p, b) fills PK
+ * k-rows of panel p, transposing 16 k at a time through registers when the source runs along k. */
 #define PACK_PANELS(NAME, P)                                                                       \
     __kernel void NAME(__global const float *src, int s_off, int s_bs, int s_sr, int s_sk, int R, \
                        int K, __global float *dst, int d_off, int d_bs)                            \
@@ -78,10 +103,7 @@
         int k1 = min(k + PK, K), rows = min(P, R - p * P);                                         \
         __global const float *s = src + s_off + b * s_bs + p * P * s_sr;                           \
         __global float *d = dst + d_off + b * d_bs + (size_t)p * P * K;                            \
-        if (s_sr == 1 && rows == P) {                                                              \
-            for (; k < k1; k++)                                                                    \
-                COPY_P(P, s + k * s_sk, d + k * P);                                                \
-        } else if (s_sk == 1 && rows == P) {                                                       \
+        if (s_sk == 1 && rows == P) {                                                              \
             for (; k + 16 <= k1; k += 16) {                                                        \
                 float t[16][P];                                                                    \
                 _Pragma("unroll") for (int w = 0; w < P; w++) {                                    \
@@ -99,8 +121,9 @@
                 d[k * P + w] = w < rows ? s[w * s_sr + k * s_sk] : 0.0f;                           \
     }
 
-PACK_PANELS(pack_a, TM)
-PACK_PANELS(pack_b, TN)
+PACK_ROWS(pack_a_rows, TM)
+PACK_ROWS(pack_b_rows, TN)
+PACK_PANELS(pack_b_panels, TN)
 
 /* Writes VN results of one tile row from column j0. The first k-slice applies beta and the bias;
  * later slices add their partial sums to what the earlier ones stored. */
@@ -136,44 +159,48 @@ inline void store_c(__global float *c, int j0, int N, floatN acc, int first, flo
     }
 }
 
-/* Ap: packed A panels, batch stride a_bs floats (0 = shared by every batch); Bp likewise from
- * element b_off. Work-item (column strip pj, row block rb, batch b). */
-__kernel void matmul_packed(__global const float *Ap, int a_bs, __global const float *Bp, int b_off,
-                            int b_bs, __global float *C, int c_off, int M, int N, int K, float alpha,
-                            float beta, __global const float *bias, int bias_off)
+/* One work-item's column strip pj over row block rb. op(A)(i, k) = A[(i / TM) * a_ps + (i % TM) *
+ * a_si + k * a_sk]; the callers pass compile-time a_sk (and a_si for panels), so the inlined loop
+ * is specialized. clamp: A is not padded, so the rows of the last panel past M re-read row M - 1
+ * (computed, never stored). bpanel: this strip's packed B panel. */
+inline void gemm_strip(__global const float *A, const int a_si, const int a_sk, const int a_ps,
+                       const int clamp, __global const float *bpanel, __global float *c, int pj,
+                       int rb, int M, int N, int K, float alpha, float beta,
+                       __global const float *bias)
 {
-    int pj = get_global_id(0), rb = get_global_id(1), b = get_global_id(2);
-    if (pj * TN >= N || rb * RB * TM >= M)
-        return;
-    __global const float *bpanel = Bp + b_off + b * b_bs + (size_t)pj * TN * K;
-    __global const float *bias_p = bias ? bias + bias_off : 0;
-    __global float *c = C + c_off + (size_t)b * M * N;
     for (int k0 = 0; k0 < K; k0 += KC) {
         int kn = min(KC, K - k0);
-        __global const float *bp = bpanel + k0 * TN;
         for (int r = 0; r < RB; r++) {
             int pi = rb * RB + r;
             if (pi * TM >= M)
                 break;
-            __global const float *a = Ap + b * a_bs + (size_t)pi * TM * K + k0 * TM;
+            int last = min(TM, M - pi * TM) - 1;
+            __global const float *a = A + (size_t)pi * a_ps + (size_t)k0 * a_sk;
+            __global const float *ar[TM];
+#pragma unroll
+            for (int i = 0; i < TM; i++)
+                ar[i] = a + (clamp ? min(i, last) : i) * a_si;
             floatN acc[TM][NV]; /* fully unrolled below, so LLVM keeps it in registers */
 #pragma unroll
             for (int i = 0; i < TM; i++)
 #pragma unroll
                 for (int v = 0; v < NV; v++)
                     acc[i][v] = (floatN)(0.0f);
+            __global const float *bk = bpanel + k0 * TN;
+#pragma unroll 4
             for (int k = 0; k < kn; k++) {
                 floatN bv[NV];
 #pragma unroll
                 for (int v = 0; v < NV; v++)
-                    bv[v] = vloadN(v, bp + k * TN);
+                    bv[v] = vloadN(v, bk);
 #pragma unroll
                 for (int i = 0; i < TM; i++) {
-                    floatN av = (floatN)(a[k * TM + i]);
+                    floatN av = (floatN)(ar[i][k * a_sk]);
 #pragma unroll
                     for (int v = 0; v < NV; v++)
                         acc[i][v] = fma(av, bv[v], acc[i][v]);
                 }
+                bk += TN;
             }
 #pragma unroll
             for (int i = 0; i < TM; i++) {
@@ -182,10 +209,38 @@ __kernel void matmul_packed(__global const float *Ap, int a_bs, __global const f
 #pragma unroll
                     for (int v = 0; v < NV; v++)
                         store_c(c + (size_t)row * N, pj * TN + v * VN, N, acc[i][v], k0 == 0,
-                                alpha, beta, bias_p);
+                                alpha, beta, bias);
             }
         }
     }
+}
+
+/* A read in place: A(b, i, k) = A[a_off + b*a_bs + i*lda + k]. Bp: packed B panels from element
+ * b_off, batch stride b_bs floats (0 = shared). Work-item (pj, rb, b). */
+__kernel void matmul_rows(__global const float *A, int a_off, int a_bs, int lda,
+                          __global const float *Bp, int b_off, int b_bs, __global float *C,
+                          int c_off, int M, int N, int K, float alpha, float beta,
+                          __global const float *bias, int bias_off)
+{
+    int pj = get_global_id(0), rb = get_global_id(1), b = get_global_id(2);
+    if (pj * TN >= N || rb * RB * TM >= M)
+        return;
+    gemm_strip(A + a_off + b * a_bs, lda, 1, TM * lda, 1,
+               Bp + b_off + b * b_bs + (size_t)pj * TN * K, C + c_off + (size_t)b * M * N, pj,
+               rb, M, N, K, alpha, beta, bias ? bias + bias_off : 0);
+}
+
+/* Ap: packed A panels, batch stride a_bs floats (0 = shared); Bp as for matmul_rows. */
+__kernel void matmul_packed(__global const float *Ap, int a_bs, __global const float *Bp, int b_off,
+                            int b_bs, __global float *C, int c_off, int M, int N, int K, float alpha,
+                            float beta, __global const float *bias, int bias_off)
+{
+    int pj = get_global_id(0), rb = get_global_id(1), b = get_global_id(2);
+    if (pj * TN >= N || rb * RB * TM >= M)
+        return;
+    gemm_strip(Ap + b * a_bs, 1, TM, TM * K, 0, Bp + b_off + b * b_bs + (size_t)pj * TN * K,
+               C + c_off + (size_t)b * M * N, pj, rb, M, N, K, alpha, beta,
+               bias ? bias + bias_off : 0);
 }
 
 /* GPU shape (matmul_tiled): a work-group of (TSN / WPTN) x (TSM / WPTM) work-items computes a

@@ -209,18 +209,22 @@ fail:
  * also what its threads balance best. */
 static const size_t one_item[3] = {1, 1, 1};
 
-/* Packs op(X) (rows x K, every batch) into panels of P rows at element dst_off of buf. */
-static clattn_status pack(clattn_context *ctx, cl_kernel k, const char *name,
+/* Packs op(X) (rows x K, every batch) into panels of P rows at element dst_off of buf: with
+ * pack_*_rows (one work-item per PK k's, sweeping every panel) when op(X)'s rows are contiguous,
+ * else with pack_b_panels (one work-item per PK k's of one panel). */
+static clattn_status pack(clattn_context *ctx, const clattn_tuning *tune, const char *name,
                           const clattn_tensor *X, operand o, int P, int PK, int nb, cl_mem buf,
                           int dst_off, int dst_bs)
 {
     clattn_status st = CLATTN_SUCCESS;
-    int off = (int)X->offset;
+    cl_kernel k;
+    int off = (int)X->offset, by_rows = o.s_row == 1;
+    CHECK_ST(clattn__get_kernel(ctx, "matmul.cl", tune->defines, name, &k));
     CHECK_ST(clattn__set_args(ctx, k, name, ARG(X->buf), ARG(off), ARG(o.batch_stride),
                               ARG(o.s_row), ARG(o.s_col), ARG(o.rows), ARG(o.cols), ARG(buf),
                               ARG(dst_off), ARG(dst_bs), ARGS_END));
-    size_t gws[3] = {clattn__div_up((size_t)o.cols, PK), clattn__div_up((size_t)o.rows, P),
-                     (size_t)nb};
+    size_t gws[3] = {clattn__div_up((size_t)o.cols, PK),
+                     by_rows ? 1 : clattn__div_up((size_t)o.rows, P), (size_t)nb};
     CHECK_ST(clattn__launch(ctx, k, 3, gws, one_item, name));
 fail:
     return st;
@@ -232,17 +236,20 @@ static clattn_status enqueue_packed(clattn_context *ctx, const clattn_tuning *tu
                                     const clattn_tensor *C, int batch)
 {
     clattn_status st = CLATTN_SUCCESS;
-    cl_kernel kpa, kpb, km;
+    cl_kernel km;
     cl_mem buf;
     int TM = clattn__tune_int(tune, "TM", 12), TN = clattn__tune_int(tune, "TN", 32);
     int VN = clattn__tune_int(tune, "VN", 16), RB = clattn__tune_int(tune, "RB", 8);
-    int PK = clattn__tune_int(tune, "PK", 64);
+    int PK = clattn__tune_int(tune, "PK", 16);
     int M = a.rows, N = b.cols, K = a.cols, c_off = (int)C->offset;
     int bias_off = bias ? (int)bias->offset : 0;
     cl_mem bias_buf = bias ? bias->buf : NULL;
+    /* op(A) running along k is read in place; a transposed A is packed into panels first. */
+    int a_direct = a.s_col == 1;
     /* A shared (stride 0) operand is packed once and read by every batch. */
     int nba = a.batch_stride ? batch : 1, nbb = b.batch_stride ? batch : 1;
-    size_t pa = clattn__div_up((size_t)M, TM) * TM * K, pb = clattn__div_up((size_t)N, TN) * TN * K;
+    size_t pa = a_direct ? 0 : clattn__div_up((size_t)M, TM) * TM * K;
+    size_t pb = clattn__div_up((size_t)N, TN) * TN * K;
     size_t total = pa * nba + pb * nbb;
     /* KC and the rest only shape the loops; these would not compile or would make no sense. */
     CHECK(ctx, (VN == 8 || VN == 16) && TN % VN == 0, CLATTN_ERROR_INVALID_ARGUMENT,
@@ -253,24 +260,34 @@ static clattn_status enqueue_packed(clattn_context *ctx, const clattn_tuning *tu
     CHECK(ctx, total <= (size_t)INT32_MAX, CLATTN_ERROR_UNSUPPORTED,
           "matmul: packed operands of %zu elements exceed 32-bit indexing", total);
     CHECK_ST(clattn__scratch(ctx, CLATTN_SCRATCH_OP, total * 4, &buf));
-    CHECK_ST(clattn__get_kernel(ctx, "matmul.cl", tune->defines, "pack_a", &kpa));
-    CHECK_ST(clattn__get_kernel(ctx, "matmul.cl", tune->defines, "pack_b", &kpb));
-    CHECK_ST(clattn__get_kernel(ctx, "matmul.cl", tune->defines, "matmul_packed", &km));
     int a_bs = a.batch_stride ? (int)pa : 0, b_bs = b.batch_stride ? (int)pb : 0;
     int b_off = (int)(pa * nba);
-    CHECK_ST(pack(ctx, kpa, "pack_a", A, a, TM, PK, nba, buf, 0, (int)pa));
+    if (!a_direct)
+        CHECK_ST(pack(ctx, tune, "pack_a_rows", A, a, TM, PK, nba, buf, 0, (int)pa));
     operand bt = b; /* B's panels run along its columns: pack op(B)^T */
     bt.rows = b.cols;
     bt.cols = b.rows;
     bt.s_row = b.s_col;
     bt.s_col = b.s_row;
-    CHECK_ST(pack(ctx, kpb, "pack_b", B, bt, TN, PK, nbb, buf, b_off, (int)pb));
-    CHECK_ST(clattn__set_args(ctx, km, "matmul_packed", ARG(buf), ARG(a_bs), ARG(buf), ARG(b_off),
-                              ARG(b_bs), ARG(C->buf), ARG(c_off), ARG(M), ARG(N), ARG(K),
-                              ARG(alpha), ARG(beta), ARG(bias_buf), ARG(bias_off), ARGS_END));
+    CHECK_ST(pack(ctx, tune, bt.s_row == 1 ? "pack_b_rows" : "pack_b_panels", B, bt, TN, PK, nbb,
+                  buf, b_off, (int)pb));
+    if (a_direct) {
+        int a_off = (int)A->offset;
+        CHECK_ST(clattn__get_kernel(ctx, "matmul.cl", tune->defines, "matmul_rows", &km));
+        CHECK_ST(clattn__set_args(ctx, km, "matmul_rows", ARG(A->buf), ARG(a_off),
+                                  ARG(a.batch_stride), ARG(a.s_row), ARG(buf), ARG(b_off),
+                                  ARG(b_bs), ARG(C->buf), ARG(c_off), ARG(M), ARG(N), ARG(K),
+                                  ARG(alpha), ARG(beta), ARG(bias_buf), ARG(bias_off), ARGS_END));
+    } else {
+        CHECK_ST(clattn__get_kernel(ctx, "matmul.cl", tune->defines, "matmul_packed", &km));
+        CHECK_ST(clattn__set_args(ctx, km, "matmul_packed", ARG(buf), ARG(a_bs), ARG(buf),
+                                  ARG(b_off), ARG(b_bs), ARG(C->buf), ARG(c_off), ARG(M), ARG(N),
+                                  ARG(K), ARG(alpha), ARG(beta), ARG(bias_buf), ARG(bias_off),
+                                  ARGS_END));
+    }
     size_t gws[3] = {clattn__div_up((size_t)N, TN),
                      clattn__div_up(clattn__div_up((size_t)M, TM), RB), (size_t)batch};
-    CHECK_ST(clattn__launch(ctx, km, 3, gws, one_item, "matmul_packed"));
+    CHECK_ST(clattn__launch(ctx, km, 3, gws, one_item, a_direct ? "matmul_rows" : "matmul_packed"));
 fail:
     return st;
 }
