@@ -126,6 +126,28 @@ inline float16 drop16(float16 p, ulong e, uint2 seed, uint2 offset, uint thresho
     return vload16(0, t);
 }
 
+/* exp(x) for the scores minus their running max (x <= 0, -inf for padding keys): Cody-Waite
+ * reduction x = n ln2 + r and Cephes' degree-7 expf polynomial (about 1 ulp), with 2^n built in the
+ * exponent bits. Results below exp(-87) (under 1.7e-38, far below one ulp of the row sum, which is
+ * >= 1) are flushed to 0, so exp(fill - max) is exactly 0 once max - fill > 87. NaN stays NaN.
+ * PoCL's builtin exp handles the whole range and costs a third more vector instructions. */
+inline float16 exp_neg16(float16 x)
+{
+    const float16 magic = (float16)(12582912.0f); /* 1.5 * 2^23: adding it rounds to an integer */
+    float16 t = fma(x, (float16)(1.44269504088896341f), magic);
+    float16 n = t - magic;
+    float16 r = fma(n, (float16)(-0.693359375f), x);
+    r = fma(n, (float16)(2.12194440e-4f), r);
+    float16 p = fma(r, (float16)(1.9875691500e-4f), (float16)(1.3981999507e-3f));
+    p = fma(p, r, (float16)(8.3334519073e-3f));
+    p = fma(p, r, (float16)(4.1665795894e-2f));
+    p = fma(p, r, (float16)(1.6666665459e-1f));
+    p = fma(p, r, (float16)(5.0000001201e-1f));
+    p = fma(p, r * r, r) + (float16)(1.0f);
+    float16 two_n = as_float16((as_int16(t) + (int16)(127)) << 23); /* low bits of t hold n */
+    return select(p * two_n, (float16)(0.0f), x < (float16)(-87.0f));
+}
+
 /* QR running-max corrections exp(m_old - m_new) computed as one vector */
 #if QR <= 4
 #define CQ 4
@@ -205,7 +227,8 @@ __kernel void flash_cpu(__global const float *Q, int q_off, __global const float
                 for (int j = 0; j < NKV; j++)
                     s[r][j] = mask16(s[r][j], kbase + 16 * j, nk, limit[r], mrow[r], ms.w, fill);
         }
-        float pb[QR][KB], cd[CQ];
+        float16 pb[QR][NKV]; /* probabilities, read back one key at a time in P V */
+        float cd[CQ];
         #pragma unroll
         for (int r = 0; r < CQ; r++)
             cd[r] = 0.0f;
@@ -221,14 +244,16 @@ __kernel void flash_cpu(__global const float *Q, int q_off, __global const float
             float16 ps = (float16)(0.0f);
             #pragma unroll
             for (int j = 0; j < NKV; j++) {
-                float16 p = exp(s[r][j] - (float16)(mn));
-                ps += p;
-                if (drop)
-                    p = drop16(p, ((ulong)bb * nq + row[r]) * nk + kbase + 16 * j, seed, offset,
-                               threshold, dscale);
-                vstore16(p, j, pb[r]);
+                pb[r][j] = exp_neg16(s[r][j] - (float16)(mn));
+                ps += pb[r][j];
             }
             s[r][0] = ps;
+        }
+        if (drop) {
+            for (int r = 0; r < QR; r++)
+                for (int j = 0; j < NKV; j++)
+                    pb[r][j] = drop16(pb[r][j], ((ulong)bb * nq + row[r]) * nk + kbase + 16 * j,
+                                      seed, offset, threshold, dscale);
         }
         CORR_EXP(cd);
         #pragma unroll
@@ -240,12 +265,16 @@ __kernel void flash_cpu(__global const float *Q, int q_off, __global const float
         }
         __global const float *vb = vp + vp_off + ((size_t)bb * nblk * KB + kbase) * DVP;
         for (int k = 0; k < KB; k++) {
+            float16 vv[NVD];
             #pragma unroll
-            for (int c = 0; c < NVD; c++) {
-                float16 vv = vload16(c, vb + k * DVP);
+            for (int c = 0; c < NVD; c++)
+                vv[c] = vload16(c, vb + k * DVP);
+            #pragma unroll
+            for (int r = 0; r < QR; r++) {
+                float16 pv = (float16)(((const float *)pb[r])[k]);
                 #pragma unroll
-                for (int r = 0; r < QR; r++)
-                    acc[r][c] = fma((float16)(pb[r][k]), vv, acc[r][c]);
+                for (int c = 0; c < NVD; c++)
+                    acc[r][c] = fma(pv, vv[c], acc[r][c]);
             }
         }
     }
