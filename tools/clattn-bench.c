@@ -55,6 +55,7 @@ typedef struct {
     double max_time; /* seconds of timed runs per figure, at least 3 runs */
     bench_size sizes[MAX_SIZES];
     int nsizes;
+    int trans[4], ntrans; /* GEMM transposes: bit 0 = A, bit 1 = B */
     const char *only;
     const char *section; /* the one running */
     bench_row rows[MAX_ROWS];
@@ -195,6 +196,8 @@ static void bench_check_fail(bench *b, const char *name, const char *impl, doubl
 
 typedef struct {
     size_t m, n, k;
+    int ta, tb;                   /* A stored (k, m) / B stored (n, k), op() transposes back */
+    size_t lda, ldb;              /* row lengths as stored */
     float *A, *B, *C;             /* host copies; C is the host peers' output */
     clattn_tensor tA, tB, tC;     /* device */
     size_t si[GEMM_SAMPLES], sj[GEMM_SAMPLES];
@@ -210,7 +213,8 @@ static void gemm_reference(bench *b, gemm_case *g)
         size_t j = s < 4 ? (s >> 1) * (g->n - 1) : (size_t)uniform(b, 0, (double)g->n);
         double acc = 0, mag = 0;
         for (size_t k = 0; k < g->k; k++) {
-            double p = (double)g->A[i * g->k + k] * g->B[k * g->n + j];
+            double p = (double)g->A[g->ta ? k * g->lda + i : i * g->lda + k] *
+                       g->B[g->tb ? j * g->ldb + k : k * g->ldb + j];
             acc += p;
             mag += fabs(p);
         }
@@ -250,7 +254,8 @@ static double gemm_device_error(bench *b, gemm_case *g, const clattn_tensor *t)
 static int gemm_run_clattn(bench *b, void *arg)
 {
     gemm_case *g = arg;
-    return clattn_matmul(b->ctx, &g->tA, 0, &g->tB, 0, 1.0f, 0.0f, &g->tC) != CLATTN_SUCCESS;
+    return clattn_matmul(b->ctx, &g->tA, g->ta, &g->tB, g->tb, 1.0f, 0.0f, &g->tC) !=
+           CLATTN_SUCCESS;
 }
 
 #ifdef CLATTN_BENCH_CLBLAST
@@ -258,10 +263,10 @@ static int gemm_run_clblast(bench *b, void *arg)
 {
     gemm_case *g = arg;
     cl_event ev = NULL;
-    CLBlastStatusCode s = CLBlastSgemm(CLBlastLayoutRowMajor, CLBlastTransposeNo,
-                                       CLBlastTransposeNo, g->m, g->n, g->k, 1.0f, g->tA.buf, 0,
-                                       g->k, g->tB.buf, 0, g->n, 0.0f, g->tC.buf, 0, g->n,
-                                       &b->queue, &ev);
+    CLBlastStatusCode s = CLBlastSgemm(
+        CLBlastLayoutRowMajor, g->ta ? CLBlastTransposeYes : CLBlastTransposeNo,
+        g->tb ? CLBlastTransposeYes : CLBlastTransposeNo, g->m, g->n, g->k, 1.0f, g->tA.buf, 0,
+        g->lda, g->tB.buf, 0, g->ldb, 0.0f, g->tC.buf, 0, g->n, &b->queue, &ev);
     if (ev)
         clReleaseEvent(ev);
     if (s != CLBlastSuccess)
@@ -275,26 +280,34 @@ static int gemm_run_cblas(bench *b, void *arg)
 {
     (void)b;
     gemm_case *g = arg;
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)g->m, (int)g->n, (int)g->k, 1.0f,
-                g->A, (int)g->k, g->B, (int)g->n, 0.0f, g->C, (int)g->n);
+    cblas_sgemm(CblasRowMajor, g->ta ? CblasTrans : CblasNoTrans, g->tb ? CblasTrans : CblasNoTrans,
+                (int)g->m, (int)g->n, (int)g->k, 1.0f, g->A, (int)g->lda, g->B, (int)g->ldb, 0.0f,
+                g->C, (int)g->n);
     return 0;
 }
 #endif
 
-static void bench_gemm(bench *b)
+/* One GEMM case: op(A) (m x k) op(B) (k x n), A stored (k, m) when ta, B stored (n, k) when tb. */
+static void gemm_one(bench *b, bench_size z, int ta, int tb)
 {
-    for (int si = 0; si < b->nsizes; si++) {
+    {
         gemm_case *g = calloc(1, sizeof *g);
-        char name[48];
+        char name[48], tr[8] = "";
         if (!g)
             die("out of memory");
-        g->m = b->sizes[si].m;
-        g->n = b->sizes[si].n;
-        g->k = b->sizes[si].k;
+        g->m = z.m;
+        g->n = z.n;
+        g->k = z.k;
+        g->ta = ta;
+        g->tb = tb;
+        g->lda = ta ? g->m : g->k;
+        g->ldb = tb ? g->k : g->n;
+        if (b->ntrans > 1 || ta || tb)
+            snprintf(tr, sizeof tr, " %c%c", ta ? 'T' : 'N', tb ? 'T' : 'N');
         if (g->m == g->n && g->n == g->k)
-            snprintf(name, sizeof name, "n=%zu", g->n);
+            snprintf(name, sizeof name, "n=%zu%s", g->n, tr);
         else
-            snprintf(name, sizeof name, "%zux%zux%zu", g->m, g->n, g->k);
+            snprintf(name, sizeof name, "%zux%zux%zu%s", g->m, g->n, g->k, tr);
         double gflop = 2e-9 * (double)g->m * (double)g->n * (double)g->k;
         g->A = malloc(g->m * g->k * sizeof(float));
         g->B = malloc(g->k * g->n * sizeof(float));
@@ -304,14 +317,15 @@ static void bench_gemm(bench *b)
         fill(b, g->A, g->m * g->k);
         fill(b, g->B, g->k * g->n);
         gemm_reference(b, g);
-        size_t da[2] = {g->m, g->k}, db[2] = {g->k, g->n}, dc[2] = {g->m, g->n};
+        size_t da[2] = {ta ? g->k : g->m, ta ? g->m : g->k};
+        size_t db[2] = {tb ? g->n : g->k, tb ? g->k : g->n}, dc[2] = {g->m, g->n};
         ok(b, clattn_tensor_create(b->ctx, CLATTN_FLOAT32, 2, da, g->A, &g->tA), "create A");
         ok(b, clattn_tensor_create(b->ctx, CLATTN_FLOAT32, 2, db, g->B, &g->tB), "create B");
         ok(b, clattn_tensor_create(b->ctx, CLATTN_FLOAT32, 2, dc, NULL, &g->tC), "create C");
 
         /* clattn first: every peer's ratio is taken against it. */
         ok(b, clattn_tensor_fill(b->ctx, &g->tC, NAN), "poison C");
-        ok(b, clattn_matmul(b->ctx, &g->tA, 0, &g->tB, 0, 1.0f, 0.0f, &g->tC), "clattn_matmul");
+        ok(b, clattn_matmul(b->ctx, &g->tA, ta, &g->tB, tb, 1.0f, 0.0f, &g->tC), "clattn_matmul");
         double e = gemm_device_error(b, g, &g->tC);
         if (e > GEMM_TOL) {
             bench_check_fail(b, name, "clattn", e, GEMM_TOL);
@@ -358,6 +372,13 @@ static void bench_gemm(bench *b)
         free(g->C);
         free(g);
     }
+}
+
+static void bench_gemm(bench *b)
+{
+    for (int si = 0; si < b->nsizes; si++)
+        for (int t = 0; t < b->ntrans; t++)
+            gemm_one(b, b->sizes[si], b->trans[t] & 1, b->trans[t] >> 1);
 }
 
 /* ---- softmax: masked softmax over rows with random valid lengths ---- */
@@ -500,11 +521,24 @@ static void parse_sizes(bench *b, const char *arg)
     }
 }
 
+static void parse_trans(bench *b, const char *arg)
+{
+    b->ntrans = 0;
+    for (const char *s = arg; *s;) {
+        if (b->ntrans == 4 || (s[0] != 'N' && s[0] != 'T') || (s[1] != 'N' && s[1] != 'T') ||
+            (s[2] && s[2] != ','))
+            die("--trans: '%s': expected up to four of NN, NT, TN, TT, comma-separated", arg);
+        b->trans[b->ntrans++] = (s[0] == 'T') | (s[1] == 'T') << 1;
+        s += s[2] ? 3 : 2;
+    }
+}
+
 static void usage(void)
 {
     printf("usage: clattn-bench [options]\n"
            "  --only LIST        sections to run, comma-separated (default: all)\n"
            "  --sizes LIST       GEMM sizes: N (square) or MxNxK, comma-separated (1024,2048)\n"
+           "  --trans LIST       GEMM transposes of A and B: NN, NT, TN, TT, comma-separated (NN)\n"
            "  --reps N           timed runs per figure, the median is reported (15)\n"
            "  --warmup N         untimed runs before timing (2)\n"
            "  --max-time S       stop timing a figure after S seconds, at least 3 runs (5)\n"
@@ -611,6 +645,7 @@ int main(int argc, char **argv)
     b.max_time = 5;
     b.rng = 1;
     parse_sizes(&b, "1024,2048");
+    parse_trans(&b, "NN");
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--json")) {
@@ -638,6 +673,8 @@ int main(int argc, char **argv)
             }
         } else if (!strcmp(a, "--sizes")) {
             parse_sizes(&b, v);
+        } else if (!strcmp(a, "--trans")) {
+            parse_trans(&b, v);
         } else if (!strcmp(a, "--reps")) {
             b.reps = int_arg(a, v, 3);
         } else if (!strcmp(a, "--warmup")) {
