@@ -11,19 +11,25 @@
  * Variants:
  * - CPU shape (flash_pack_k, flash_pack_v, flash_cpu): K is packed per block of KB keys as
  *   (d, KB) panels and V as zero-padded (KB, DVP) rows, so the inner loops are unit-stride
- *   16-wide vector loads without bounds checks; each work-item keeps QR query rows' scores
- *   (QR x KB) and outputs (QR x DVP) in registers (the unroll pragmas matter: without them PoCL
- *   keeps those arrays on the stack, twice as slow).
+ *   16-wide vector loads without bounds checks. A work-item owns QG groups of QR consecutive query
+ *   rows; for each key block it takes its groups in turn while the block's K and V panels stay in
+ *   L1, keeping one group's scores (QR x KB) and outputs (QR x DVP) in registers (the unroll
+ *   pragmas matter: without them PoCL keeps those arrays on the stack, twice as slow) and the
+ *   other groups' running max, sums and outputs in private memory. Products use fma(): PoCL
+ *   compiles mad() to a separate multiply and add. Probabilities use exp_neg16 below.
  * - GPU shape (flash_gpu): a work-group of BQ items owns BQ query rows; K and V tiles of BK keys are
  *   staged in local memory by the whole group (coalesced), each item keeps its row of q and of the
  *   output in private memory. */
 #include "common.cl"
 
 #ifndef QR
-#define QR 4
+#define QR 5
 #endif
 #ifndef KB
-#define KB 32
+#define KB 64
+#endif
+#ifndef QG
+#define QG 2
 #endif
 #ifndef DVP
 #define DVP 64
@@ -165,131 +171,155 @@ __kernel void flash_cpu(__global const float *Q, int q_off, __global const float
                         int d, int dv, int nblk, float scale, FLASH_MASK_PARAMS,
                         FLASH_DROP_PARAMS)
 {
-    int g = get_global_id(0), bb = get_global_id(1);
+    int item = get_global_id(0), bb = get_global_id(1);
     int d0 = bb / D1, d1 = bb % D1;
-    int row[QR], limit[QR], maxlimit = 0, minlimit = nk;
-    __global const int *mrow[QR];
-    __global const float *qr[QR];
-    float m[QR];
-    float16 lv[QR];
-    float16 acc[QR][NVD];
-    #pragma unroll
-    for (int r = 0; r < QR; r++) {
-        row[r] = min(g * QR + r, nq - 1); /* rows past nq recompute the last one, unwritten */
-        limit[r] = clattn_row_limit(d0, row[r], nk, lens, lens_off, lens_mode, nq, causal);
-        maxlimit = max(maxlimit, limit[r]);
-        minlimit = min(minlimit, limit[r]);
-        mrow[r] = clattn_mask_row(mask, mask_off, ms, d0, d1, row[r]);
-        qr[r] = Q + q_off + ((size_t)bb * nq + row[r]) * d;
-        m[r] = -INFINITY;
-        lv[r] = (float16)(0.0f);
+    /* state of the QG row groups, kept in memory between key blocks */
+    int grow[QG][QR], glimit[QG][QR], gmax[QG], gmin[QG];
+    float gm[QG][QR];
+    float16 gl[QG][QR], gacc[QG][QR][NVD];
+    for (int gi = 0; gi < QG; gi++) {
+        gmax[gi] = 0;
+        gmin[gi] = nk;
         #pragma unroll
-        for (int c = 0; c < NVD; c++)
-            acc[r][c] = (float16)(0.0f);
+        for (int r = 0; r < QR; r++) {
+            int q = min((item * QG + gi) * QR + r, nq - 1); /* rows past nq recompute the last one */
+            grow[gi][r] = q;
+            glimit[gi][r] = clattn_row_limit(d0, q, nk, lens, lens_off, lens_mode, nq, causal);
+            gmax[gi] = max(gmax[gi], glimit[gi][r]);
+            gmin[gi] = min(gmin[gi], glimit[gi][r]);
+            gm[gi][r] = -INFINITY;
+            gl[gi][r] = (float16)(0.0f);
+            #pragma unroll
+            for (int c = 0; c < NVD; c++)
+                gacc[gi][r][c] = (float16)(0.0f);
+        }
     }
     for (int blk = 0; blk < nblk; blk++) {
-        int kbase = blk * KB;
-        int all_negligible = 1;
-        #pragma unroll
-        for (int r = 0; r < QR; r++)
-            all_negligible &= m[r] > fill + NEGLIGIBLE;
-        if (kbase >= maxlimit && all_negligible)
-            break; /* every later key is blocked and contributes exactly 0 */
-        float16 s[QR][NKV];
-        #pragma unroll
-        for (int r = 0; r < QR; r++)
-            #pragma unroll
-            for (int j = 0; j < NKV; j++)
-                s[r][j] = (float16)(0.0f);
+        int kbase = blk * KB, any = 0;
         __global const float *ktb = kt + (size_t)(bb * nblk + blk) * d * KB;
-        for (int e = 0; e < d; e++) {
-            float16 kv[NKV];
-            #pragma unroll
-            for (int j = 0; j < NKV; j++)
-                kv[j] = vload16(j, ktb + e * KB);
-            #pragma unroll
-            for (int r = 0; r < QR; r++) {
-                float16 qv = (float16)(qr[r][e]);
-                #pragma unroll
-                for (int j = 0; j < NKV; j++)
-                    s[r][j] = fma(qv, kv[j], s[r][j]);
-            }
-        }
-        #pragma unroll
-        for (int r = 0; r < QR; r++)
-            #pragma unroll
-            for (int j = 0; j < NKV; j++)
-                s[r][j] *= (float16)(scale);
-        if (mask || kbase + KB > minlimit) { /* some key of the block is blocked or padding */
-            #pragma unroll
-            for (int r = 0; r < QR; r++)
-                #pragma unroll
-                for (int j = 0; j < NKV; j++)
-                    s[r][j] = mask16(s[r][j], kbase + 16 * j, nk, limit[r], mrow[r], ms.w, fill);
-        }
-        float16 pb[QR][NKV]; /* probabilities, read back one key at a time in P V */
-        float cd[CQ];
-        #pragma unroll
-        for (int r = 0; r < CQ; r++)
-            cd[r] = 0.0f;
-        #pragma unroll
-        for (int r = 0; r < QR; r++) {
-            float16 vm = s[r][0];
-            #pragma unroll
-            for (int j = 1; j < NKV; j++)
-                vm = max16(vm, s[r][j]);
-            float bm = hmax16(vm), mn = bm > m[r] ? bm : m[r];
-            cd[r] = m[r] - mn;
-            m[r] = mn;
-            float16 ps = (float16)(0.0f);
-            #pragma unroll
-            for (int j = 0; j < NKV; j++) {
-                pb[r][j] = exp_neg16(s[r][j] - (float16)(mn));
-                ps += pb[r][j];
-            }
-            s[r][0] = ps;
-        }
-        if (drop) {
-            for (int r = 0; r < QR; r++)
-                for (int j = 0; j < NKV; j++)
-                    pb[r][j] = drop16(pb[r][j], ((ulong)bb * nq + row[r]) * nk + kbase + 16 * j,
-                                      seed, offset, threshold, dscale);
-        }
-        CORR_EXP(cd);
-        #pragma unroll
-        for (int r = 0; r < QR; r++) {
-            lv[r] = fma(lv[r], (float16)(cd[r]), s[r][0]);
-            #pragma unroll
-            for (int c = 0; c < NVD; c++)
-                acc[r][c] *= (float16)(cd[r]);
-        }
         __global const float *vb = vp + vp_off + ((size_t)bb * nblk * KB + kbase) * DVP;
-        for (int k = 0; k < KB; k++) {
-            float16 vv[NVD];
-            #pragma unroll
-            for (int c = 0; c < NVD; c++)
-                vv[c] = vload16(c, vb + k * DVP);
+        #pragma unroll 1
+        for (int gi = 0; gi < QG; gi++) {
+            float m[QR];
+            int all_negligible = 1;
             #pragma unroll
             for (int r = 0; r < QR; r++) {
-                float16 pv = (float16)(((const float *)pb[r])[k]);
+                m[r] = gm[gi][r];
+                all_negligible &= m[r] > fill + NEGLIGIBLE;
+            }
+            if (kbase >= gmax[gi] && all_negligible)
+                continue; /* every later key of this group is blocked and contributes exactly 0 */
+            any = 1;
+            __global const float *qr[QR];
+            #pragma unroll
+            for (int r = 0; r < QR; r++)
+                qr[r] = Q + q_off + ((size_t)bb * nq + grow[gi][r]) * d;
+            float16 s[QR][NKV];
+            #pragma unroll
+            for (int r = 0; r < QR; r++)
+                #pragma unroll
+                for (int j = 0; j < NKV; j++)
+                    s[r][j] = (float16)(0.0f);
+            for (int e = 0; e < d; e++) {
+                float16 kv[NKV];
+                #pragma unroll
+                for (int j = 0; j < NKV; j++)
+                    kv[j] = vload16(j, ktb + e * KB);
+                #pragma unroll
+                for (int r = 0; r < QR; r++) {
+                    float16 qv = (float16)(qr[r][e]);
+                    #pragma unroll
+                    for (int j = 0; j < NKV; j++)
+                        s[r][j] = fma(qv, kv[j], s[r][j]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < QR; r++)
+                #pragma unroll
+                for (int j = 0; j < NKV; j++)
+                    s[r][j] *= (float16)(scale);
+            if (mask || kbase + KB > gmin[gi]) { /* some key of the block is blocked or padding */
+                #pragma unroll
+                for (int r = 0; r < QR; r++) {
+                    __global const int *mrow = clattn_mask_row(mask, mask_off, ms, d0, d1, grow[gi][r]);
+                    #pragma unroll
+                    for (int j = 0; j < NKV; j++)
+                        s[r][j] = mask16(s[r][j], kbase + 16 * j, nk, glimit[gi][r], mrow, ms.w,
+                                         fill);
+                }
+            }
+            float16 pb[QR][NKV], ps[QR]; /* probabilities, read back one key at a time in P V */
+            float cd[CQ];
+            #pragma unroll
+            for (int r = 0; r < CQ; r++)
+                cd[r] = 0.0f;
+            #pragma unroll
+            for (int r = 0; r < QR; r++) {
+                float16 vm = s[r][0];
+                #pragma unroll
+                for (int j = 1; j < NKV; j++)
+                    vm = max16(vm, s[r][j]);
+                float bm = hmax16(vm), mn = bm > m[r] ? bm : m[r];
+                cd[r] = m[r] - mn;
+                gm[gi][r] = mn;
+                ps[r] = (float16)(0.0f);
+                #pragma unroll
+                for (int j = 0; j < NKV; j++) {
+                    pb[r][j] = exp_neg16(s[r][j] - (float16)(mn));
+                    ps[r] += pb[r][j];
+                }
+            }
+            if (drop) {
+                for (int r = 0; r < QR; r++)
+                    for (int j = 0; j < NKV; j++)
+                        pb[r][j] = drop16(pb[r][j], ((ulong)bb * nq + grow[gi][r]) * nk + kbase +
+                                          16 * j, seed, offset, threshold, dscale);
+            }
+            CORR_EXP(cd);
+            float16 acc[QR][NVD];
+            #pragma unroll
+            for (int r = 0; r < QR; r++) {
+                gl[gi][r] = fma(gl[gi][r], (float16)(cd[r]), ps[r]);
                 #pragma unroll
                 for (int c = 0; c < NVD; c++)
-                    acc[r][c] = fma(pv, vv[c], acc[r][c]);
+                    acc[r][c] = gacc[gi][r][c] * (float16)(cd[r]);
             }
+            for (int k = 0; k < KB; k++) {
+                float16 vv[NVD];
+                #pragma unroll
+                for (int c = 0; c < NVD; c++)
+                    vv[c] = vload16(c, vb + k * DVP);
+                #pragma unroll
+                for (int r = 0; r < QR; r++) {
+                    float16 pv = (float16)(((const float *)pb[r])[k]);
+                    #pragma unroll
+                    for (int c = 0; c < NVD; c++)
+                        acc[r][c] = fma(pv, vv[c], acc[r][c]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < QR; r++)
+                #pragma unroll
+                for (int c = 0; c < NVD; c++)
+                    gacc[gi][r][c] = acc[r][c];
         }
-    }
-    #pragma unroll
-    for (int r = 0; r < QR; r++) {
-        if (g * QR + r >= nq)
+        if (!any)
             break;
-        float inv = 1.0f / hsum16(lv[r]);
-        __global float *o = O + o_off + ((size_t)bb * nq + row[r]) * dv;
+    }
+    for (int gi = 0; gi < QG; gi++) {
         #pragma unroll
-        for (int c = 0; c < NVD; c++) {
-            float t[16];
-            vstore16(acc[r][c] * (float16)(inv), 0, t);
-            for (int i = 0; i < 16 && 16 * c + i < dv; i++)
-                o[16 * c + i] = t[i];
+        for (int r = 0; r < QR; r++) {
+            if ((item * QG + gi) * QR + r >= nq)
+                break;
+            float inv = 1.0f / hsum16(gl[gi][r]);
+            __global float *o = O + o_off + ((size_t)bb * nq + grow[gi][r]) * dv;
+            #pragma unroll
+            for (int c = 0; c < NVD; c++) {
+                float t[16];
+                vstore16(gacc[gi][r][c] * (float16)(inv), 0, t);
+                for (int i = 0; i < 16 && 16 * c + i < dv; i++)
+                    o[16 * c + i] = t[i];
+            }
         }
     }
 }

@@ -71,15 +71,16 @@ static clattn_status enqueue_cpu(clattn_context *ctx, const clattn_tuning *tune,
     cl_mem buf;
     char defines[600];
     int QR = clattn__tune_int(tune, "QR", 5), KB = clattn__tune_int(tune, "KB", 64);
-    int WG = clattn__tune_int(tune, "WG", 8);
+    int WG = clattn__tune_int(tune, "WG", 8), QG = clattn__tune_int(tune, "QG", 2);
     int nb = (int)clattn__batch_count(Q, 2), dvp = (int)clattn__round_up((size_t)a->dv, 16);
     int nblk = (int)clattn__div_up((size_t)a->nk, (size_t)KB);
     int q_off = (int)Q->offset, k_off = (int)K->offset, v_off = (int)V->offset;
     int o_off = (int)out->offset;
     CHECK(ctx, KB % 16 == 0, CLATTN_ERROR_INVALID_ARGUMENT,
           "tuning: attention=cpu needs KB a multiple of 16 (KB=%d)", KB);
-    CHECK(ctx, QR >= 1 && QR <= 16 && WG >= 1, CLATTN_ERROR_INVALID_ARGUMENT,
-          "tuning: attention=cpu needs 1 <= QR <= 16 and WG >= 1 (QR=%d, WG=%d)", QR, WG);
+    CHECK(ctx, QR >= 1 && QR <= 16 && WG >= 1 && QG >= 1, CLATTN_ERROR_INVALID_ARGUMENT,
+          "tuning: attention=cpu needs 1 <= QR <= 16, WG >= 1 and QG >= 1 (QR=%d, WG=%d, QG=%d)",
+          QR, WG, QG);
     /* packed K panels and zero-padded V rows: extra memory O(nb * K * (d + dv)), not O(Q * K) */
     size_t nkt = (size_t)nb * nblk * KB * a->d, nvp = (size_t)nb * nblk * KB * dvp;
     CHECK(ctx, nkt + nvp <= (size_t)INT32_MAX, CLATTN_ERROR_UNSUPPORTED,
@@ -104,7 +105,7 @@ static clattn_status enqueue_cpu(clattn_context *ctx, const clattn_tuning *tune,
     /* WG row groups of one batch per work-group: PoCL runs them one after another on one core,
      * so the batch's K and V panels stay in its L2. An explicit local size also keeps PoCL from
      * choosing thousands of work-items per group, whose private arrays overflow its thread stack. */
-    size_t ngrp = clattn__div_up((size_t)a->nq, (size_t)QR);
+    size_t ngrp = clattn__div_up((size_t)a->nq, (size_t)QR * (size_t)QG);
     size_t lws[2] = {ngrp < (size_t)WG ? ngrp : (size_t)WG, 1};
     size_t gws[2] = {clattn__round_up(ngrp, lws[0]), (size_t)nb};
     CHECK_ST(clattn__launch(ctx, kf, 2, gws, lws, "flash_cpu"));

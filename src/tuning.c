@@ -29,8 +29,8 @@ static const variant_def variants[] = {
     /* GPU shape: one work-group per row, tree reductions in local memory. */
     {"softmax", "gpu", "WG=128"},
     /* CPU shape: fused, QR query rows x KB keys in vector registers, K and V packed per block,
-     * WG row groups of one batch per work-group. */
-    {"attention", "cpu", "QR=5:KB=64:WG=8"},
+     * QG row groups per work-item sharing each block in L1, WG items of one batch per work-group. */
+    {"attention", "cpu", "QR=5:KB=64:WG=8:QG=2"},
     /* GPU shape: fused, a work-group of BQ rows shares BK-key tiles of K and V in local memory. */
     {"attention", "gpu", "BQ=64:BK=16"},
     /* GEMM, masked softmax, GEMM: the path taken whenever the weights are returned. */
