@@ -154,17 +154,8 @@ inline float16 exp_neg16(float16 x)
     return select(p * two_n, (float16)(0.0f), x < (float16)(-87.0f));
 }
 
-/* QR running-max corrections exp(m_old - m_new) computed as one vector */
-#if QR <= 4
-#define CQ 4
-#define CORR_EXP(t) vstore4(exp(vload4(0, t)), 0, t)
-#elif QR <= 8
-#define CQ 8
-#define CORR_EXP(t) vstore8(exp(vload8(0, t)), 0, t)
-#else
-#define CQ 16
-#define CORR_EXP(t) vstore16(exp(vload16(0, t)), 0, t)
-#endif
+/* the QR running-max corrections exp(m_old - m_new) as one vector (lanes past QR stay 1) */
+#define CORR_EXP(t) vstore16(exp_neg16(vload16(0, t)), 0, t)
 
 __kernel void flash_cpu(__global const float *Q, int q_off, __global const float *kt,
                         __global const float *vp, int vp_off, __global float *O, int o_off, int nq, int nk,
@@ -249,9 +240,9 @@ __kernel void flash_cpu(__global const float *Q, int q_off, __global const float
                 }
             }
             float16 pb[QR][NKV], ps[QR]; /* probabilities, read back one key at a time in P V */
-            float cd[CQ];
+            float cd[16];
             #pragma unroll
-            for (int r = 0; r < CQ; r++)
+            for (int r = 0; r < 16; r++)
                 cd[r] = 0.0f;
             #pragma unroll
             for (int r = 0; r < QR; r++) {
