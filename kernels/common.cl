@@ -10,9 +10,12 @@
 #ifndef CLATTN_COMMON_CL
 #define CLATTN_COMMON_CL
 
+/* Helpers are `static inline`: a plain C99 `inline` function has no definition of its own, so a
+ * compiler that declines to inline it (or -cl-opt-disable) leaves an unresolved symbol. */
+
 /* Keys k >= the returned limit are blocked by lengths or causality. */
-inline int clattn_row_limit(int d0, int q, int K, __global const int *lens, int lens_off,
-                            int lens_mode, int Q, int causal)
+static inline int clattn_row_limit(int d0, int q, int K, __global const int *lens, int lens_off,
+                                   int lens_mode, int Q, int causal)
 {
     int limit = K;
     if (lens_mode == 1)
@@ -26,13 +29,14 @@ inline int clattn_row_limit(int d0, int q, int K, __global const int *lens, int 
 }
 
 /* Start of this row's mask entries, or NULL when there is no mask tensor. */
-inline __global const int *clattn_mask_row(__global const int *mask, int mask_off, int4 ms, int d0,
-                                           int d1, int q)
+static inline __global const int *clattn_mask_row(__global const int *mask, int mask_off,
+                                                  int4 ms, int d0, int d1, int q)
 {
     return mask ? mask + mask_off + ms.x * d0 + ms.y * d1 + ms.z * q : 0;
 }
 
-inline float clattn_masked(float x, int k, int limit, __global const int *mrow, int msk, float fill)
+static inline float clattn_masked(float x, int k, int limit, __global const int *mrow, int msk,
+                                  float fill)
 {
     int ok = k < limit && (!mrow || mrow[msk * k] != 0);
     return ok ? x : fill;
@@ -40,7 +44,7 @@ inline float clattn_masked(float x, int k, int limit, __global const int *mrow, 
 
 /* Philox4x32-10 (Salmon et al., SC'11): a counter-based generator, so dropout masks are a pure
  * function of (seed, offset, element index) on every device and in the host reference. */
-inline uint4 clattn_philox(uint4 c, uint2 k)
+static inline uint4 clattn_philox(uint4 c, uint2 k)
 {
     for (int r = 0; r < 10; r++) {
         uint lo0 = 0xD2511F53u * c.x, hi0 = mul_hi(0xD2511F53u, c.x);
@@ -53,7 +57,7 @@ inline uint4 clattn_philox(uint4 c, uint2 k)
 
 /* Element e of a dropout stream is kept when the top 24 bits of word e % 4 of
  * philox((e / 4, offset), seed) are >= threshold = round(p * 2^24). */
-inline int clattn_dropout_keep(ulong e, uint2 seed, uint2 offset, uint threshold)
+static inline int clattn_dropout_keep(ulong e, uint2 seed, uint2 offset, uint threshold)
 {
     ulong blk = e >> 2;
     uint4 r = clattn_philox((uint4)((uint)blk, (uint)(blk >> 32), offset.x, offset.y), seed);

@@ -33,8 +33,8 @@
 #endif
 
 /* VW masked scores starting at key k (all < K). */
-inline floatV masked_vec(__global const float *x, int k, int limit, __global const int *mrow,
-                         int msk, float fill)
+static inline floatV masked_vec(__global const float *x, int k, int limit,
+                                __global const int *mrow, int msk, float fill)
 {
     floatV v = vloadV(0, x + k);
     intV ok = (intV)(k) + LANES < (intV)(limit);
@@ -48,27 +48,36 @@ inline floatV masked_vec(__global const float *x, int k, int limit, __global con
     return select((floatV)(fill), v, ok);
 }
 
-/* Horizontal reductions of a floatV. */
-inline float hmax(floatV v)
+/* Horizontal reductions of a floatV. The upper half is gathered by components rather than .hi:
+ * Oclgrind 21.10 takes shuffle lane 11 for undefined and reports it as uninitialized (compilers
+ * fold both spellings into the same shuffle). */
+#if VW == 16
+#define UPPER8(v) ((float8)((v).s8, (v).s9, (v).sa, (v).sb, (v).sc, (v).sd, (v).se, (v).sf))
+#endif
+static inline float hmax(floatV v)
 {
 #if VW == 16
-    v.lo = fmax(v.lo, v.hi);
+    float8 h = fmax(v.lo, UPPER8(v));
+#else
+    float8 h = v;
 #endif
-    return fmax(fmax(fmax(v.s0, v.s1), fmax(v.s2, v.s3)), fmax(fmax(v.s4, v.s5), fmax(v.s6, v.s7)));
+    return fmax(fmax(fmax(h.s0, h.s1), fmax(h.s2, h.s3)), fmax(fmax(h.s4, h.s5), fmax(h.s6, h.s7)));
 }
-inline float hsum(floatV v)
+static inline float hsum(floatV v)
 {
 #if VW == 16
-    v.lo += v.hi;
+    float8 h = v.lo + UPPER8(v);
+#else
+    float8 h = v;
 #endif
-    return ((v.s0 + v.s1) + (v.s2 + v.s3)) + ((v.s4 + v.s5) + (v.s6 + v.s7));
+    return ((h.s0 + h.s1) + (h.s2 + h.s3)) + ((h.s4 + h.s5) + (h.s6 + h.s7));
 }
 
 /* A row blocked only by lengths or causality: keys [0, limit) are live and every key past them
  * holds the same fill value, so its exponential is computed once, the blocked scores are never
  * read, and the blocked outputs are one constant. Same result as masking every element first. */
-inline void softmax_prefix(__global const float *xr, __global float *yr, int K, int limit,
-                           float fill)
+static inline void softmax_prefix(__global const float *xr, __global float *yr, int K, int limit,
+                                  float fill)
 {
     int lv = limit - limit % VW, k;
     floatV mv = (floatV)(-INFINITY);

@@ -25,6 +25,8 @@ void h_fill(float *x, size_t n, double lo, double hi);
 clattn_tensor h_tensor(clattn_dtype dt, int ndim, const size_t *dims, const void *host);
 /* Fills a float tensor with NaN so an unwritten element fails the comparison. */
 void h_poison(const clattn_tensor *t);
+/* 1 when CLATTN_TEST_SMALL is set (the Oclgrind setup): tests skip only their biggest cases. */
+int h_small(void);
 /* Reads a tensor back (finishes the queue) into a malloc'd array. */
 void *h_read(const clattn_tensor *t);
 
