@@ -145,6 +145,13 @@ clattn_status clattn__tune(clattn_context *ctx, const char *op, clattn_tuning *o
 int clattn__tune_int(const clattn_tuning *t, const char *name, int fallback);
 /* Validates the whole override string (unknown ops, variants, parameters are errors). */
 clattn_status clattn__check_tuning(clattn_context *ctx);
+/* Every (op, defines) the table can build: each variant's defaults and each rule's parameters.
+ * Writes up to max entries and returns the count (tools/clattn-kernels, portability tests). */
+typedef struct {
+    const char *op, *variant;
+    char defines[512];
+} clattn_variant_info;
+int clattn__variant_list(clattn_variant_info *out, int max);
 
 /* ---- shared op entry points (arguments already checked) ---- */
 /* matmul.c: C = alpha op(A) op(B) + beta C + bias (bias NULL or (N)). */

@@ -211,3 +211,39 @@ int clattn__tune_int(const clattn_tuning *t, const char *name, int fallback)
             return t->values[i];
     return fallback;
 }
+
+/* ---- every variant the library can build, for the offline compile checks ---- */
+
+static int add_listing(clattn_variant_info *out, int max, int n, const char *op,
+                       const char *variant, const char *params)
+{
+    clattn_tuning t;
+    char defines[sizeof t.defines];
+    size_t used = 0;
+    if (start_variant(NULL, &t, op, variant, strlen(variant)) != CLATTN_SUCCESS ||
+        apply_params(NULL, &t, params, strlen(params), 0, op) != CLATTN_SUCCESS)
+        return n; /* unreachable: the table's own defaults always parse */
+    defines[0] = '\0';
+    for (int i = 0; i < t.nparams && used < sizeof defines; i++)
+        used += (size_t)snprintf(defines + used, sizeof defines - used, "-D %s=%d ", t.names[i],
+                                 t.values[i]);
+    for (int i = 0; i < n && i < max; i++)
+        if (strcmp(out[i].op, op) == 0 && strcmp(out[i].defines, defines) == 0)
+            return n;
+    if (n < max) {
+        out[n].op = op;
+        out[n].variant = variant;
+        snprintf(out[n].defines, sizeof out[n].defines, "%s", defines);
+    }
+    return n + 1;
+}
+
+int clattn__variant_list(clattn_variant_info *out, int max)
+{
+    int n = 0;
+    for (size_t i = 0; i < sizeof variants / sizeof variants[0]; i++)
+        n = add_listing(out, max, n, variants[i].op, variants[i].variant, "");
+    for (size_t i = 0; i < sizeof rules / sizeof rules[0]; i++)
+        n = add_listing(out, max, n, rules[i].op, rules[i].variant, rules[i].params);
+    return n;
+}

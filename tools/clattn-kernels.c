@@ -1,0 +1,122 @@
+/* clattn-kernels: prints every (kernel file, build options) pair the library can build, one per
+ * line as "file<TAB>options", for the offline compile checks (tests/portability/compile.sh).
+ *
+ * usage: clattn-kernels [--type gpu|cpu|other] [--tune OVERRIDES]... [FILE.cl]...
+ *
+ * The list comes from the tuning table (every variant's defaults and every rule's parameters), so
+ * a variant added there is checked without touching this tool. Each --tune string (CLATTN_TUNE
+ * syntax, e.g. the tests' variant overrides) adds the option sets it selects, and each FILE.cl adds
+ * that file with its own #ifndef defaults (every file in kernels/). Options are built by
+ * the library's own clattn__build_options for a device of the given type (default gpu). Exits 1
+ * when an op's kernel file is unknown, so a new op cannot silently escape the checks. */
+#include "internal.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_LINES 256
+
+/* Ops whose kernels are not in "<op>.cl". */
+static const struct {
+    const char *op, *file;
+} op_files[] = {
+    {"attention", "flash.cl"},
+};
+
+static const char *kernel_file(const char *op, char *buf, size_t size)
+{
+    for (size_t i = 0; i < sizeof op_files / sizeof op_files[0]; i++)
+        if (strcmp(op_files[i].op, op) == 0)
+            return op_files[i].file;
+    snprintf(buf, size, "%s.cl", op);
+    return clattn__embedded_source(buf) ? buf : NULL;
+}
+
+static char lines[MAX_LINES][1200];
+static int nlines;
+
+/* Prints file (op's kernel file when NULL) and the options of defines, once; returns 0 when op has
+ * no known kernel file. */
+static int emit(const clattn_context *ctx, const char *op, const char *file, const char *defines)
+{
+    char name[96], options[1024], line[sizeof lines[0]];
+    if (!file)
+        file = kernel_file(op, name, sizeof name);
+    if (!file) {
+        fprintf(stderr, "clattn-kernels: op '%s' has no kernel file %s.cl; add it to op_files in "
+                        "tools/clattn-kernels.c\n", op, op);
+        return 0;
+    }
+    clattn__build_options(ctx, defines, options, sizeof options);
+    snprintf(line, sizeof line, "%s\t%s", file, options);
+    for (int i = 0; i < nlines; i++)
+        if (strcmp(lines[i], line) == 0)
+            return 1;
+    if (nlines < MAX_LINES)
+        snprintf(lines[nlines++], sizeof lines[0], "%s", line);
+    printf("%s\n", line);
+    return 1;
+}
+
+/* Each op named in a CLATTN_TUNE-style string, resolved by the library's own clattn__tune. */
+static int emit_override(clattn_context *ctx, const char *tune)
+{
+    int ok = 1;
+    snprintf(ctx->tuning, sizeof ctx->tuning, "%s", tune);
+    for (const char *s = tune; *s;) {
+        const char *comma = strchr(s, ','), *eq = strchr(s, '=');
+        size_t n = comma ? (size_t)(comma - s) : strlen(s);
+        char op[32];
+        clattn_tuning t;
+        if (!eq || eq > s + n || (size_t)(eq - s) >= sizeof op) {
+            fprintf(stderr, "clattn-kernels: bad override entry '%.*s'\n", (int)n, s);
+            return 0;
+        }
+        memcpy(op, s, (size_t)(eq - s));
+        op[eq - s] = '\0';
+        if (clattn__tune(ctx, op, &t) != CLATTN_SUCCESS) {
+            fprintf(stderr, "clattn-kernels: %s\n", ctx->err);
+            return 0;
+        }
+        ok &= emit(ctx, op, NULL, t.defines);
+        s = comma ? comma + 1 : s + n;
+    }
+    return ok;
+}
+
+int main(int argc, char **argv)
+{
+    static clattn_context ctx; /* only type, tuning and err are read */
+    static clattn_variant_info v[MAX_LINES];
+    int ok = 1;
+    ctx.type = CL_DEVICE_TYPE_GPU;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--type") == 0 && i + 1 < argc) {
+            const char *t = argv[++i];
+            ctx.type = strcmp(t, "cpu") == 0   ? CL_DEVICE_TYPE_CPU
+                       : strcmp(t, "gpu") == 0 ? CL_DEVICE_TYPE_GPU
+                                               : CL_DEVICE_TYPE_ACCELERATOR;
+        } else if (strcmp(argv[i], "--tune") == 0 && i + 1 < argc) {
+            i++; /* applied after the table's own sets */
+        } else if (argv[i][0] == '-') {
+            fprintf(stderr, "usage: %s [--type gpu|cpu|other] [--tune OVERRIDES]... [FILE.cl]...\n",
+                    argv[0]);
+            return 2;
+        }
+    }
+    int n = clattn__variant_list(v, MAX_LINES);
+    if (n > MAX_LINES) {
+        fprintf(stderr, "clattn-kernels: %d variants, raise MAX_LINES\n", n);
+        return 1;
+    }
+    for (int i = 0; i < n; i++)
+        ok &= emit(&ctx, v[i].op, NULL, v[i].defines);
+    for (int i = 1; i < argc; i++)
+        if (strcmp(argv[i], "--tune") == 0)
+            ok &= emit_override(&ctx, argv[++i]);
+        else if (strcmp(argv[i], "--type") == 0)
+            i++;
+        else
+            ok &= emit(&ctx, NULL, argv[i], "");
+    return ok ? 0 : 1;
+}
