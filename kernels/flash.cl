@@ -163,6 +163,8 @@ __kernel void flash_cpu(__global const float *Q, int q_off, __global const float
                         FLASH_DROP_PARAMS)
 {
     int item = get_global_id(0), bb = get_global_id(1);
+    if (item * QG * QR >= nq)
+        return; /* padding of the global size: every row is past nq */
     int d0 = bb / D1, d1 = bb % D1;
     /* state of the QG row groups, kept in memory between key blocks */
     int grow[QG][QR], glimit[QG][QR], gmax[QG], gmin[QG];
@@ -191,6 +193,8 @@ __kernel void flash_cpu(__global const float *Q, int q_off, __global const float
         __global const float *vb = vp + vp_off + ((size_t)bb * nblk * KB + kbase) * DVP;
         #pragma unroll 1
         for (int gi = 0; gi < QG; gi++) {
+            if ((item * QG + gi) * QR >= nq)
+                break; /* this and later groups lie past nq */
             float m[QR];
             int all_negligible = 1;
             #pragma unroll
