@@ -5,17 +5,18 @@
  * offsets; batch bb is (d0, d1) = (bb / D1, bb % D1) for the mask (see common.cl). Blocked keys score
  * `fill`, exactly as the unfused path, so a row with every key blocked averages all values. A key
  * block past every row's length/causal limit is skipped once each row's running max exceeds
- * fill + 120: from then on exp(fill - max) is 0 in float32, so skipping changes nothing.
+ * fill + 120: from then on exp(fill - max) is 0 in float32 (and exp_neg16 returns exactly 0 below
+ * -87), so skipping changes nothing.
  * Dropout element (bb, q, k) uses stream index (bb * nq + q) * nk + k, as the unfused weights.
  *
  * Variants:
  * - CPU shape (flash_pack_k, flash_pack_v, flash_cpu): K is packed per block of KB keys as
  *   (d, KB) panels and V as zero-padded (KB, DVP) rows, so the inner loops are unit-stride
- *   16-wide vector loads without bounds checks. A work-item owns QG groups of QR consecutive query
- *   rows; for each key block it takes its groups in turn while the block's K and V panels stay in
- *   L1, keeping one group's scores (QR x KB) and outputs (QR x DVP) in registers (the unroll
- *   pragmas matter: without them PoCL keeps those arrays on the stack, twice as slow) and the
- *   other groups' running max, sums and outputs in private memory. Products use fma(): PoCL
+ *   16-wide vector loads without bounds checks. A work-item owns QG groups of QR <= 16
+ *   consecutive query rows; for each key block it takes its groups in turn while the block's K and
+ *   V panels stay in L1, keeping one group's scores (QR x KB) and outputs (QR x DVP) in registers
+ *   (the unroll pragmas matter: without them PoCL keeps those arrays on the stack, twice as slow)
+ *   and the other groups' running max, sums and outputs in private memory. Products use fma(): PoCL
  *   compiles mad() to a separate multiply and add. Probabilities use exp_neg16 below.
  * - GPU shape (flash_gpu): a work-group of BQ items owns BQ query rows; K and V tiles of BK keys are
  *   staged in local memory by the whole group (coalesced), each item keeps its row of q and of the
@@ -236,7 +237,8 @@ __kernel void flash_cpu(__global const float *Q, int q_off, __global const float
             if (mask || kbase + KB > gmin[gi]) { /* some key of the block is blocked or padding */
                 #pragma unroll
                 for (int r = 0; r < QR; r++) {
-                    __global const int *mrow = clattn_mask_row(mask, mask_off, ms, d0, d1, grow[gi][r]);
+                    __global const int *mrow =
+                        clattn_mask_row(mask, mask_off, ms, d0, d1, grow[gi][r]);
                     #pragma unroll
                     for (int j = 0; j < NKV; j++)
                         s[r][j] = mask16(s[r][j], kbase + 16 * j, nk, glimit[gi][r], mrow, ms.w,

@@ -102,12 +102,13 @@ static clattn_status enqueue_cpu(clattn_context *ctx, const clattn_tuning *tune,
                               ARG(vp_off), ARG(out->buf), ARG(o_off), ARG(a->nq), ARG(a->nk),
                               ARG(a->d), ARG(a->dv), ARG(nblk), ARG(a->scale), ARGS_END));
     CHECK_ST(set_tail(ctx, kf, 13, m, a));
-    /* WG row groups of one batch per work-group: PoCL runs them one after another on one core,
-     * so the batch's K and V panels stay in its L2. An explicit local size also keeps PoCL from
-     * choosing thousands of work-items per group, whose private arrays overflow its thread stack. */
-    size_t ngrp = clattn__div_up((size_t)a->nq, (size_t)QR * (size_t)QG);
-    size_t lws[2] = {ngrp < (size_t)WG ? ngrp : (size_t)WG, 1};
-    size_t gws[2] = {clattn__round_up(ngrp, lws[0]), (size_t)nb};
+    /* WG items (QG x QR rows each) of one batch per work-group: PoCL runs them one after another
+     * on one core, so the batch's K and V panels stay in its L2. An explicit local size also keeps
+     * PoCL from choosing thousands of work-items per group, whose private arrays overflow its
+     * thread stack. */
+    size_t nitem = clattn__div_up((size_t)a->nq, (size_t)QR * (size_t)QG);
+    size_t lws[2] = {nitem < (size_t)WG ? nitem : (size_t)WG, 1};
+    size_t gws[2] = {clattn__round_up(nitem, lws[0]), (size_t)nb};
     CHECK_ST(clattn__launch(ctx, kf, 2, gws, lws, "flash_cpu"));
 fail:
     return st;
