@@ -81,7 +81,7 @@ __kernel void flash_pack_v(__global const float *V, int v_off, int nk, int dv, i
 }
 
 /* Scores of one row for 16 keys from kidx: masked (fill) or padding (-inf). */
-inline float16 mask16(float16 s, int kidx, int nk, int limit, __global const int *mrow, int msk,
+static inline float16 mask16(float16 s, int kidx, int nk, int limit, __global const int *mrow, int msk,
                       float fill)
 {
     int16 idx = (int16)(kidx) + LANES16;
@@ -103,12 +103,12 @@ inline float16 mask16(float16 s, int kidx, int nk, int limit, __global const int
 }
 
 /* max without fmax's NaN bookkeeping (scores are never NaN unless the inputs are) */
-inline float16 max16(float16 a, float16 b)
+static inline float16 max16(float16 a, float16 b)
 {
     return select(a, b, b > a);
 }
 
-inline float hmax16(float16 v)
+static inline float hmax16(float16 v)
 {
     float8 a = select(v.lo, v.hi, v.hi > v.lo);
     float4 b = select(a.lo, a.hi, a.hi > a.lo);
@@ -116,7 +116,7 @@ inline float hmax16(float16 v)
     return c.y > c.x ? c.y : c.x;
 }
 
-inline float hsum16(float16 v)
+static inline float hsum16(float16 v)
 {
     float8 a = v.lo + v.hi;
     float4 b = a.lo + a.hi;
@@ -124,7 +124,7 @@ inline float hsum16(float16 v)
 }
 
 /* p * dscale where element e of the dropout stream is kept, else 0. */
-inline float16 drop16(float16 p, ulong e, uint2 seed, uint2 offset, uint threshold, float dscale)
+static inline float16 drop16(float16 p, ulong e, uint2 seed, uint2 offset, uint threshold, float dscale)
 {
     float t[16];
     vstore16(p, 0, t);
@@ -138,7 +138,7 @@ inline float16 drop16(float16 p, ulong e, uint2 seed, uint2 offset, uint thresho
  * exponent bits. Results below exp(-87) (under 1.7e-38, far below one ulp of the row sum, which is
  * >= 1) are flushed to 0, so exp(fill - max) is exactly 0 once max - fill > 87. NaN stays NaN.
  * PoCL's builtin exp handles the whole range and costs a third more vector instructions. */
-inline float16 exp_neg16(float16 x)
+static inline float16 exp_neg16(float16 x)
 {
     const float16 magic = (float16)(12582912.0f); /* 1.5 * 2^23: adding it rounds to an integer */
     float16 t = fma(x, (float16)(1.44269504088896341f), magic);
