@@ -53,6 +53,15 @@
 #endif
 #define NV (TN / VN)
 
+/* The k loop of the CPU tile is unrolled by hand (4 steps: less loop overhead per FMA): a
+ * `#pragma unroll 4` there makes compilers that split the wide vectors into scalars (GPUs, or the
+ * generic first pass of PoCL's build) warn that they could not. */
+#ifdef CLATTN_DEVICE_GPU
+#define KSTEPS 1 /* the CPU kernels are only compiled there */
+#else
+#define KSTEPS 4
+#endif
+
 /* Copies P contiguous floats with the widest vectors P allows (P is a compile-time constant). */
 #define COPY_P(P, s, d)                                                                            \
     do {                                                                                           \
@@ -127,7 +136,7 @@ PACK_PANELS(pack_b_panels, TN)
 
 /* Writes VN results of one tile row from column j0. The first k-slice applies beta and the bias;
  * later slices add their partial sums to what the earlier ones stored. */
-inline void store_c(__global float *c, int j0, int N, floatN acc, int first, float alpha,
+static inline void store_c(__global float *c, int j0, int N, floatN acc, int first, float alpha,
                     float beta, __global const float *bias)
 {
     if (j0 + VN <= N) {
@@ -161,9 +170,22 @@ inline void store_c(__global float *c, int j0, int N, floatN acc, int first, flo
 
 /* One work-item's column strip pj over row block rb. op(A)(i, k) = A[(i / TM) * a_ps + (i % TM) *
  * a_si + k * a_sk]; the callers pass compile-time a_sk (and a_si for panels), so the inlined loop
- * is specialized. clamp: A is not padded, so the rows of the last panel past M re-read row M - 1
- * (computed, never stored). bpanel: this strip's packed B panel. */
-inline void gemm_strip(__global const float *A, const int a_si, const int a_sk, const int a_ps,
+ * is specialized (always_inline: a plain C99 `inline` that a compiler declines to inline, as the
+ * NVPTX back end does with a function this size, is an undefined external at link time).
+ * clamp: A is not padded, so the rows of the last panel past M re-read row M - 1 (computed, never
+ * stored). bpanel: this strip's packed B panel. */
+/* acc += op(A)(rows of ar, k) x (the TN floats at bk), one VN-wide FMA per tile vector. */
+#define TILE_STEP(k, bk)                                                                           \
+    do {                                                                                           \
+        floatN bv[NV];                                                                             \
+        _Pragma("unroll") for (int v = 0; v < NV; v++) bv[v] = vloadN(v, (bk));                    \
+        _Pragma("unroll") for (int i = 0; i < TM; i++) {                                           \
+            floatN av = (floatN)(ar[i][(k) * a_sk]);                                               \
+            _Pragma("unroll") for (int v = 0; v < NV; v++) acc[i][v] = fma(av, bv[v], acc[i][v]);  \
+        }                                                                                          \
+    } while (0)
+
+static inline __attribute__((always_inline)) void gemm_strip(__global const float *A, const int a_si, const int a_sk, const int a_ps,
                        const int clamp, __global const float *bpanel, __global float *c, int pj,
                        int rb, int M, int N, int K, float alpha, float beta,
                        __global const float *bias)
@@ -187,21 +209,13 @@ inline void gemm_strip(__global const float *A, const int a_si, const int a_sk, 
                 for (int v = 0; v < NV; v++)
                     acc[i][v] = (floatN)(0.0f);
             __global const float *bk = bpanel + k0 * TN;
-#pragma unroll 4
-            for (int k = 0; k < kn; k++) {
-                floatN bv[NV];
+            int k = 0;
+            for (; k + KSTEPS <= kn; k += KSTEPS, bk += KSTEPS * TN)
 #pragma unroll
-                for (int v = 0; v < NV; v++)
-                    bv[v] = vloadN(v, bk);
-#pragma unroll
-                for (int i = 0; i < TM; i++) {
-                    floatN av = (floatN)(ar[i][k * a_sk]);
-#pragma unroll
-                    for (int v = 0; v < NV; v++)
-                        acc[i][v] = fma(av, bv[v], acc[i][v]);
-                }
-                bk += TN;
-            }
+                for (int s = 0; s < KSTEPS; s++)
+                    TILE_STEP(k + s, bk + s * TN);
+            for (; k < kn; k++, bk += TN)
+                TILE_STEP(k, bk);
 #pragma unroll
             for (int i = 0; i < TM; i++) {
                 int row = pi * TM + i;
