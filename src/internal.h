@@ -17,12 +17,16 @@ enum { CLATTN_SCRATCH_MODULE = 0, CLATTN_SCRATCH_ATTN, CLATTN_SCRATCH_OP, CLATTN
 typedef struct {
     char key[640]; /* "file.cl|options" */
     cl_program program;
+    uint64_t cache_key; /* disk cache (cache.c), when enabled */
+    size_t cache_size;  /* binary size the cache file holds, 0 = none */
+    cl_event pending;   /* the first launch of a kernel not yet in the cache file */
 } clattn_program_entry;
 
 typedef struct {
     cl_program program;
     char name[64];
     cl_kernel kernel;
+    int launched;
 } clattn_kernel_entry;
 
 struct clattn_context {
@@ -44,6 +48,7 @@ struct clattn_context {
     int nkernels;
     cl_mem scratch[CLATTN_SCRATCH_COUNT];
     size_t scratch_bytes[CLATTN_SCRATCH_COUNT];
+    int cache_hits, cache_writes; /* programs loaded from and written to the disk cache */
     char err[CLATTN_ERR_SIZE];
 };
 
@@ -113,6 +118,15 @@ void clattn__build_options(const clattn_context *ctx, const char *defines, char 
 /* Embedded sources (generated kernels.c); NULL when unknown. */
 const char *clattn__embedded_source(const char *file);
 void clattn__release_programs(clattn_context *ctx);
+
+/* ---- program binary cache on disk (cache.c), used when ctx->cache_dir is set ---- */
+/* FNV-1a 64 of the expanded source, the options, the platform, device and driver, and clattn. */
+uint64_t clattn__cache_key(const clattn_context *ctx, const char *src, const char *options);
+/* The program built from the file of key, or NULL when there is none or it is corrupt or stale.
+ * *size is the binary's size. */
+cl_program clattn__cache_load(clattn_context *ctx, uint64_t key, size_t *size);
+/* Writes p's binary under key unless it still has *size bytes (then updated); never fails. */
+void clattn__cache_save(clattn_context *ctx, cl_program p, uint64_t key, size_t *size);
 
 /* ---- scratch (context.c) ---- */
 /* A buffer of at least `bytes` in the given slot, grown on demand (never shrunk). */

@@ -110,16 +110,13 @@ fail:
     return st;
 }
 
-static clattn_status build_program(clattn_context *ctx, const char *file, const char *options,
-                                   cl_program *out)
+static clattn_status compile_source(clattn_context *ctx, const char *file, const char *src,
+                                    const char *options, cl_program *out)
 {
     clattn_status st = CLATTN_SUCCESS;
-    strbuf b = {0};
     cl_program p = NULL;
     cl_int err;
     char *log = NULL;
-    CHECK_ST(expand(ctx, file, &b, 0));
-    const char *src = b.s;
     p = clCreateProgramWithSource(ctx->cl, 1, &src, NULL, &err);
     CHECK_CL(ctx, err, "clCreateProgramWithSource");
     err = clBuildProgram(p, 1, &ctx->device, options, NULL, NULL);
@@ -139,6 +136,23 @@ fail:
     if (p)
         clReleaseProgram(p);
     free(log);
+    return st;
+}
+
+/* Builds file with options into e->program, from the disk cache when it holds that program. */
+static clattn_status build_program(clattn_context *ctx, const char *file, const char *options,
+                                   clattn_program_entry *e)
+{
+    clattn_status st = CLATTN_SUCCESS;
+    strbuf b = {0};
+    CHECK_ST(expand(ctx, file, &b, 0));
+    if (ctx->cache_dir[0]) {
+        e->cache_key = clattn__cache_key(ctx, b.s, options);
+        e->program = clattn__cache_load(ctx, e->cache_key, &e->cache_size);
+    }
+    if (!e->program)
+        CHECK_ST(compile_source(ctx, file, b.s, options, &e->program));
+fail:
     free(b.s);
     return st;
 }
@@ -157,10 +171,12 @@ static clattn_status get_program(clattn_context *ctx, const char *file, const ch
         }
     CHECK(ctx, ctx->nprograms < CLATTN_MAX_PROGRAMS, CLATTN_ERROR_UNSUPPORTED,
           "too many distinct kernel programs in one context (%d)", CLATTN_MAX_PROGRAMS);
-    CHECK_ST(build_program(ctx, file, options, out));
-    clattn_program_entry *e = &ctx->programs[ctx->nprograms++];
+    clattn_program_entry *e = &ctx->programs[ctx->nprograms];
+    memset(e, 0, sizeof *e);
+    CHECK_ST(build_program(ctx, file, options, e));
     snprintf(e->key, sizeof e->key, "%s", key);
-    e->program = *out;
+    *out = e->program;
+    ctx->nprograms++;
 fail:
     return st;
 }
@@ -185,13 +201,68 @@ clattn_status clattn__get_kernel(clattn_context *ctx, const char *file, const ch
     e->program = p;
     snprintf(e->name, sizeof e->name, "%s", name);
     e->kernel = k;
+    e->launched = 0;
     *out = k;
 fail:
     return st;
 }
 
+/* Saves the programs whose newly launched kernels have finished. PoCL compiles a kernel at its
+ * first launch and a binary saved before that still pays the compile, so the save waits for the
+ * launch's event; checking it never blocks. */
+static void save_finished(clattn_context *ctx)
+{
+    for (int i = 0; i < ctx->nprograms; i++) {
+        clattn_program_entry *e = &ctx->programs[i];
+        cl_int done = CL_QUEUED;
+        if (!e->pending ||
+            clGetEventInfo(e->pending, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof done, &done,
+                           NULL) != CL_SUCCESS || done > CL_COMPLETE)
+            continue; /* still queued or running (errors are negative: drop those) */
+        if (done == CL_COMPLETE)
+            clattn__cache_save(ctx, e->program, e->cache_key, &e->cache_size);
+        clReleaseEvent(e->pending);
+        e->pending = NULL;
+    }
+}
+
+static clattn_kernel_entry *kernel_entry(clattn_context *ctx, cl_kernel k)
+{
+    for (int i = 0; i < ctx->nkernels; i++)
+        if (ctx->kernels[i].kernel == k)
+            return &ctx->kernels[i];
+    return NULL;
+}
+
+/* Where to put the event of this launch: &ev for a kernel's first launch with the disk cache on. */
+static cl_event *first_launch_event(clattn_context *ctx, cl_kernel k, cl_event *ev)
+{
+    clattn_kernel_entry *e = ctx->cache_dir[0] ? kernel_entry(ctx, k) : NULL;
+    return e && !e->launched ? ev : NULL;
+}
+
+/* Makes ev its program's pending save (the queue is in order: a later event implies the earlier
+ * ones). */
+static void note_first_launch(clattn_context *ctx, cl_kernel k, cl_event ev)
+{
+    clattn_kernel_entry *ke = kernel_entry(ctx, k);
+    ke->launched = 1;
+    for (int i = 0; i < ctx->nprograms; i++)
+        if (ctx->programs[i].program == ke->program) {
+            if (ctx->programs[i].pending)
+                clReleaseEvent(ctx->programs[i].pending);
+            ctx->programs[i].pending = ev;
+            return;
+        }
+    clReleaseEvent(ev);
+}
+
 void clattn__release_programs(clattn_context *ctx)
 {
+    save_finished(ctx);
+    for (int i = 0; i < ctx->nprograms; i++)
+        if (ctx->programs[i].pending)
+            clReleaseEvent(ctx->programs[i].pending);
     for (int i = 0; i < ctx->nkernels; i++)
         clReleaseKernel(ctx->kernels[i].kernel);
     for (int i = 0; i < ctx->nprograms; i++)
@@ -226,12 +297,18 @@ clattn_status clattn__launch(clattn_context *ctx, cl_kernel k, cl_uint dims, con
 {
     clattn_status st = CLATTN_SUCCESS;
     char where[128];
+    cl_event ev = NULL, *first = first_launch_event(ctx, k, &ev);
     snprintf(where, sizeof where, "clEnqueueNDRangeKernel(%s)", what);
-    CHECK_CL(ctx, clEnqueueNDRangeKernel(ctx->queue, k, dims, NULL, gws, lws, 0, NULL, NULL), where);
+    CHECK_CL(ctx, clEnqueueNDRangeKernel(ctx->queue, k, dims, NULL, gws, lws, 0, NULL, first),
+             where);
+    if (ev)
+        note_first_launch(ctx, k, ev);
     if (ctx->sync) {
         snprintf(where, sizeof where, "clFinish after %s (CLATTN_SYNC)", what);
         CHECK_CL(ctx, clFinish(ctx->queue), where);
     }
+    if (ctx->cache_dir[0])
+        save_finished(ctx);
 fail:
     return st;
 }

@@ -1,0 +1,151 @@
+/* Program binary cache on disk, opt-in (clattn_params.cache_dir or CLATTN_CACHE_DIR).
+ *
+ * One file per program, <dir>/clattn-<key>.bin, where key is FNV-1a 64 of the fully expanded
+ * source, the build options, the platform name and version, the device name and vendor, the driver
+ * version and clattn's version. Layout: 8-byte magic (with a format number), the key, the payload
+ * size and the payload's FNV-1a, then the driver's program binary. A file that does not check out
+ * or that the driver rejects is ignored and the program is built from source and saved again.
+ * Files are written to a temporary name and renamed, so readers never see half a file, and every
+ * failure to write (no directory, no permission, full disk) is silent: the cache only saves time. */
+#include "internal.h"
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static const char magic[8] = {'C', 'L', 'A', 'T', 'T', 'N', 'B', 1};
+
+typedef struct {
+    char magic[8];
+    uint64_t key, size, sum;
+} file_header;
+
+static uint64_t fnv1a(uint64_t h, const void *data, size_t n)
+{
+    const unsigned char *p = data;
+    for (size_t i = 0; i < n; i++) {
+        h ^= p[i];
+        h *= 0x100000001b3ull;
+    }
+    return h;
+}
+
+/* Hashes a string with its terminating NUL, so "ab"+"c" and "a"+"bc" differ. */
+static uint64_t fnv1a_str(uint64_t h, const char *s)
+{
+    return fnv1a(h, s, strlen(s) + 1);
+}
+
+uint64_t clattn__cache_key(const clattn_context *ctx, const char *src, const char *options)
+{
+    uint64_t h = 0xcbf29ce484222325ull;
+    h = fnv1a_str(h, src);
+    h = fnv1a_str(h, options);
+    h = fnv1a_str(h, ctx->platform_name);
+    h = fnv1a_str(h, ctx->platform_version);
+    h = fnv1a_str(h, ctx->name);
+    h = fnv1a_str(h, ctx->vendor);
+    h = fnv1a_str(h, ctx->driver);
+    return fnv1a_str(h, clattn_version());
+}
+
+static void cache_path(const clattn_context *ctx, uint64_t key, char *buf, size_t size)
+{
+    snprintf(buf, size, "%s/clattn-%016llx.bin", ctx->cache_dir, (unsigned long long)key);
+}
+
+/* The payload of the file for key (malloc'd), or NULL when it is missing or does not check out. */
+static unsigned char *read_entry(const clattn_context *ctx, uint64_t key, size_t *size)
+{
+    char path[1024];
+    file_header h;
+    unsigned char *data = NULL;
+    cache_path(ctx, key, path, sizeof path);
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    if (fread(&h, sizeof h, 1, f) == 1 && memcmp(h.magic, magic, sizeof magic) == 0 &&
+        h.key == key && h.size > 0 && h.size < ((uint64_t)1 << 31) &&
+        (data = malloc((size_t)h.size + 1)) &&
+        fread(data, 1, (size_t)h.size + 1, f) == h.size && /* + 1: nothing may follow */
+        fnv1a(0xcbf29ce484222325ull, data, (size_t)h.size) == h.sum) {
+        *size = (size_t)h.size;
+    } else {
+        free(data);
+        data = NULL;
+    }
+    fclose(f);
+    return data;
+}
+
+cl_program clattn__cache_load(clattn_context *ctx, uint64_t key, size_t *size)
+{
+    cl_int status = CL_SUCCESS, err;
+    unsigned char *data = read_entry(ctx, key, size);
+    if (!data)
+        return NULL;
+    const unsigned char *bin = data;
+    cl_program p = clCreateProgramWithBinary(ctx->cl, 1, &ctx->device, size, &bin, &status, &err);
+    free(data);
+    if (err == CL_SUCCESS && status == CL_SUCCESS &&
+        clBuildProgram(p, 1, &ctx->device, NULL, NULL, NULL) == CL_SUCCESS) {
+        ctx->cache_hits++;
+        return p;
+    }
+    if (p) /* stale: another driver's binary, or one this driver no longer accepts */
+        clReleaseProgram(p);
+    return NULL;
+}
+
+static int write_all(FILE *f, const void *data, size_t n)
+{
+    return fwrite(data, 1, n, f) == n;
+}
+
+/* Writes the entry under a temporary name in the directory, then renames it into place. */
+static void write_entry(const clattn_context *ctx, uint64_t key, const unsigned char *data,
+                        size_t size)
+{
+    char path[1024], tmp[1100];
+    file_header h;
+    memcpy(h.magic, magic, sizeof magic);
+    h.key = key;
+    h.size = size;
+    h.sum = fnv1a(0xcbf29ce484222325ull, data, size);
+    cache_path(ctx, key, path, sizeof path);
+    snprintf(tmp, sizeof tmp, "%s.XXXXXX", path);
+    if (mkdir(ctx->cache_dir, 0777) != 0 && errno != EEXIST)
+        return;
+    int fd = mkstemp(tmp);
+    if (fd < 0)
+        return;
+    FILE *f = fdopen(fd, "wb");
+    if (!f) {
+        close(fd);
+        remove(tmp);
+        return;
+    }
+    int ok = write_all(f, &h, sizeof h) && write_all(f, data, size);
+    ok = fclose(f) == 0 && ok;
+    if (!ok || rename(tmp, path) != 0)
+        remove(tmp);
+}
+
+void clattn__cache_save(clattn_context *ctx, cl_program p, uint64_t key, size_t *size)
+{
+    size_t n = 0;
+    unsigned char *data;
+    if (clGetProgramInfo(p, CL_PROGRAM_BINARY_SIZES, sizeof n, &n, NULL) != CL_SUCCESS || n == 0 ||
+        n == *size) /* n == *size: what the file holds, no kernel was compiled since */
+        return;
+    if (!(data = malloc(n)))
+        return;
+    if (clGetProgramInfo(p, CL_PROGRAM_BINARIES, sizeof data, &data, NULL) == CL_SUCCESS) {
+        write_entry(ctx, key, data, n);
+        *size = n;
+        ctx->cache_writes++;
+    }
+    free(data);
+}
