@@ -1,0 +1,242 @@
+/* The program binary cache on disk: a hit gives bitwise the same results, corrupt or stale files
+ * are rebuilt and rewritten, and a directory that cannot be written is never an error. */
+#include "harness.h"
+#include "internal.h"
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+enum { M = 13, N = 17, K = 19, SB = 2, SQ = 3, SK = 11 };
+
+typedef struct {
+    float mm[M * N], sm[SB * SQ * SK];
+} results;
+
+static float a[M * K], b[K * N], scores[SB * SQ * SK];
+static char dir[] = "/tmp/clattn-cache-XXXXXX";
+
+static clattn_context *open_ctx(const char *cache_dir, int sync)
+{
+    clattn_context *c = NULL;
+    clattn_params p = {0};
+    p.cache_dir = cache_dir;
+    p.sync = sync;
+    if (clattn_context_create(&c, &p) != CLATTN_SUCCESS)
+        fail_msg("context: %s", clattn_last_error(NULL));
+    return c;
+}
+
+static void check(clattn_context *c, clattn_status st)
+{
+    if (st != CLATTN_SUCCESS)
+        fail_msg("%s", clattn_last_error(c));
+}
+
+/* A matmul and a masked softmax on c, read back (the reads wait, so the launches are done). */
+static void run_ops(clattn_context *c, results *r)
+{
+    clattn_tensor ta, tb, tc, ts, ty;
+    int lens[SB] = {4, SK};
+    clattn_mask m = {0};
+    m.valid_lens_host = lens;
+    m.lens_ndim = 1;
+    m.lens_dims[0] = SB;
+    check(c, clattn_tensor_create(c, CLATTN_FLOAT32, 2, H_DIMS(M, K), a, &ta));
+    check(c, clattn_tensor_create(c, CLATTN_FLOAT32, 2, H_DIMS(K, N), b, &tb));
+    check(c, clattn_tensor_create(c, CLATTN_FLOAT32, 2, H_DIMS(M, N), NULL, &tc));
+    check(c, clattn_tensor_create(c, CLATTN_FLOAT32, 3, H_DIMS(SB, SQ, SK), scores, &ts));
+    check(c, clattn_tensor_create(c, CLATTN_FLOAT32, 3, H_DIMS(SB, SQ, SK), NULL, &ty));
+    check(c, clattn_matmul(c, &ta, 0, &tb, 0, 1.0f, 0.0f, &tc));
+    check(c, clattn_masked_softmax(c, &ts, &m, &ty));
+    check(c, clattn_tensor_read_blocking(c, &tc, r->mm));
+    check(c, clattn_tensor_read_blocking(c, &ty, r->sm));
+    clattn_tensor_release(&ta);
+    clattn_tensor_release(&tb);
+    clattn_tensor_release(&tc);
+    clattn_tensor_release(&ts);
+    clattn_tensor_release(&ty);
+}
+
+/* Calls fn on the path of every cache file in dir; returns their number. */
+static int for_each_file(void (*fn)(const char *path, int i))
+{
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    int n = 0;
+    char path[512];
+    assert_non_null(d);
+    while ((e = readdir(d)))
+        if (strncmp(e->d_name, "clattn-", 7) == 0 && strlen(e->d_name) > 11 &&
+            strcmp(e->d_name + strlen(e->d_name) - 4, ".bin") == 0) {
+            snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+            if (fn)
+                fn(path, n);
+            n++;
+        }
+    closedir(d);
+    return n;
+}
+
+static results reference;
+
+static int setup(void **st)
+{
+    if (h_setup(st))
+        return -1;
+    h_fill(a, M * K, -1, 1);
+    h_fill(b, K * N, -1, 1);
+    h_fill(scores, SB * SQ * SK, -3, 3);
+    assert_non_null(mkdtemp(dir));
+    clattn_context *c = open_ctx(NULL, 0); /* no cache: the reference results */
+    run_ops(c, &reference);
+    clattn_context_destroy(&c);
+    return 0;
+}
+
+static void remove_file(const char *path, int i)
+{
+    (void)i;
+    remove(path);
+}
+
+static int teardown(void **st)
+{
+    for_each_file(remove_file);
+    rmdir(dir);
+    return h_teardown(st);
+}
+
+/* Runs the ops in a fresh context and returns how many programs came from the cache. */
+static int fresh_run(int sync)
+{
+    results r;
+    clattn_context *c = open_ctx(dir, sync);
+    run_ops(c, &r);
+    int hits = c->cache_hits;
+    clattn_context_destroy(&c);
+    assert_memory_equal(&r, &reference, sizeof r);
+    return hits;
+}
+
+static void test_miss_then_hit(void **s)
+{
+    (void)s;
+    assert_int_equal(fresh_run(0), 0);
+    int files = for_each_file(NULL);
+    assert_true(files >= 2); /* at least the matmul and the softmax programs */
+    assert_int_equal(fresh_run(0), files);
+    assert_int_equal(fresh_run(1), files); /* CLATTN_SYNC mode reads the same files */
+    assert_int_equal(for_each_file(NULL), files);
+}
+
+static void corrupt(const char *path, int i)
+{
+    FILE *f = fopen(path, "r+b");
+    assert_non_null(f);
+    if (i % 2 == 0) { /* flip bytes in the middle of the payload */
+        assert_int_equal(fseek(f, 0, SEEK_END), 0);
+        long n = ftell(f);
+        assert_int_equal(fseek(f, n / 2, SEEK_SET), 0);
+        fputs("garbage garbage garbage", f);
+        fclose(f);
+    } else { /* cut short */
+        fclose(f);
+        assert_int_equal(truncate(path, 40), 0);
+    }
+}
+
+static void test_corrupt_files_are_rebuilt(void **s)
+{
+    (void)s;
+    fresh_run(0);
+    int files = for_each_file(corrupt);
+    assert_true(files >= 2);
+    assert_int_equal(fresh_run(0), 0);     /* nothing usable: built from source ... */
+    assert_int_equal(fresh_run(0), files); /* ... and written again */
+}
+
+static uint64_t fnv1a(const unsigned char *p, size_t n)
+{
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ p[i]) * 0x100000001b3ull;
+    return h;
+}
+
+/* A well-formed file (magic, key, size and checksum all right) whose payload is not a binary this
+ * driver accepts, as after a driver update that kept its version string. */
+static void make_stale(const char *path, int i)
+{
+    (void)i;
+    unsigned char head[32], junk[256];
+    FILE *f = fopen(path, "r+b");
+    assert_non_null(f);
+    assert_int_equal(fread(head, 1, sizeof head, f), sizeof head);
+    for (size_t j = 0; j < sizeof junk; j++)
+        junk[j] = (unsigned char)(j * 37 + 11);
+    uint64_t size = sizeof junk, sum = fnv1a(junk, sizeof junk);
+    memcpy(head + 16, &size, 8);
+    memcpy(head + 24, &sum, 8);
+    fclose(f);
+    f = fopen(path, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(head, 1, sizeof head, f), sizeof head);
+    assert_int_equal(fwrite(junk, 1, sizeof junk, f), sizeof junk);
+    fclose(f);
+}
+
+static void test_stale_files_are_rebuilt(void **s)
+{
+    (void)s;
+    fresh_run(0);
+    int files = for_each_file(make_stale);
+    assert_int_equal(fresh_run(0), 0);
+    assert_int_equal(fresh_run(0), files);
+}
+
+/* A cache directory under a regular file can be neither created nor written. */
+static void test_unwritable_dir_is_not_an_error(void **s)
+{
+    (void)s;
+    char file[64], bad[96];
+    results r;
+    snprintf(file, sizeof file, "%s/not-a-dir", dir);
+    FILE *f = fopen(file, "w");
+    assert_non_null(f);
+    fclose(f);
+    snprintf(bad, sizeof bad, "%s/cache", file);
+    for (int round = 0; round < 2; round++) {
+        clattn_context *c = open_ctx(bad, round);
+        run_ops(c, &r);
+        assert_int_equal(c->cache_hits, 0);
+        check(c, clattn_finish(c));
+        clattn_context_destroy(&c);
+        assert_memory_equal(&r, &reference, sizeof r);
+    }
+    remove(file);
+}
+
+static void test_env_variable(void **s)
+{
+    (void)s;
+    clattn_context *c = NULL;
+    setenv("CLATTN_CACHE_DIR", dir, 1);
+    assert_int_equal(clattn_context_create(&c, NULL), CLATTN_SUCCESS);
+    unsetenv("CLATTN_CACHE_DIR");
+    assert_string_equal(c->cache_dir, dir);
+    clattn_context_destroy(&c);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_miss_then_hit),
+        cmocka_unit_test(test_corrupt_files_are_rebuilt),
+        cmocka_unit_test(test_stale_files_are_rebuilt),
+        cmocka_unit_test(test_unwritable_dir_is_not_an_error),
+        cmocka_unit_test(test_env_variable),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}

@@ -1,0 +1,299 @@
+/* Faults: no OpenCL platform, a device spec that matches nothing, a kernel that fails to build, an
+ * allocation beyond the device, and CLATTN_SYNC. Each returns a status and a message, never
+ * crashes, and the context stays usable afterwards (checked by running a matmul on it). */
+#include "harness.h"
+#include "internal.h"
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+enum { M = 9, N = 11, K = 7 };
+static float a[M * K], b[K * N], expect[M * N];
+static char self[4096];
+
+/* A matmul on c, bitwise equal to the one computed at setup: the context still works. */
+static void assert_usable(clattn_context *c)
+{
+    clattn_tensor ta, tb, tc;
+    float got[M * N];
+    assert_int_equal(clattn_tensor_create(c, CLATTN_FLOAT32, 2, H_DIMS(M, K), a, &ta), 0);
+    assert_int_equal(clattn_tensor_create(c, CLATTN_FLOAT32, 2, H_DIMS(K, N), b, &tb), 0);
+    assert_int_equal(clattn_tensor_create(c, CLATTN_FLOAT32, 2, H_DIMS(M, N), NULL, &tc), 0);
+    if (clattn_matmul(c, &ta, 0, &tb, 0, 1.0f, 0.0f, &tc) != CLATTN_SUCCESS ||
+        clattn_tensor_read_blocking(c, &tc, got) != CLATTN_SUCCESS)
+        fail_msg("context no longer usable: %s", clattn_last_error(c));
+    assert_memory_equal(got, expect, sizeof got);
+    clattn_tensor_release(&ta);
+    clattn_tensor_release(&tb);
+    clattn_tensor_release(&tc);
+}
+
+/* ---- no platform: a child process whose ICD loader sees an empty vendors directory ---- */
+
+static int child_no_platform(void)
+{
+    clattn_context *c = (clattn_context *)1;
+    char list[256];
+    if (clattn_context_create(&c, NULL) != CLATTN_ERROR_NO_PLATFORM || c != NULL)
+        return 10;
+    if (!strstr(clattn_last_error(NULL), "no OpenCL device") ||
+        !strstr(clattn_last_error(NULL), "OCL_ICD_VENDORS"))
+        return 11;
+    if (clattn_list_devices(NULL, list, sizeof list) != CLATTN_ERROR_NO_PLATFORM)
+        return 12;
+    clattn_context_destroy(&c);
+    return 0;
+}
+
+static void test_no_platform(void **s)
+{
+    (void)s;
+    char dir[] = "/tmp/clattn-novendors-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        setenv("OCL_ICD_VENDORS", dir, 1);
+        setenv("OPENCL_VENDOR_PATH", dir, 1); /* the Khronos loader's name for it */
+        execl(self, self, "--no-platform", (char *)NULL);
+        _exit(99);
+    }
+    int status = 0;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    rmdir(dir);
+    if (!WIFEXITED(status))
+        fail_msg("the no-platform child crashed (signal %d)", WTERMSIG(status));
+    if (WEXITSTATUS(status) != 0)
+        fail_msg("the no-platform child failed check %d", WEXITSTATUS(status));
+}
+
+/* ---- device specs that match nothing ---- */
+
+static void test_device_matching_nothing(void **s)
+{
+    (void)s;
+    const char *specs[] = {"nosuchdevice", "9:9", "0:99", "accelerator-that-is-not"};
+    for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++) {
+        clattn_context *c = NULL;
+        clattn_params p = {0};
+        p.device = specs[i];
+        assert_int_equal(clattn_context_create(&c, &p), CLATTN_ERROR_DEVICE_NOT_FOUND);
+        assert_null(c);
+        assert_non_null(strstr(clattn_last_error(NULL), specs[i]));
+        assert_non_null(strstr(clattn_last_error(NULL), "0:0")); /* the list of devices */
+    }
+    assert_usable(h_ctx);
+}
+
+/* ---- a kernel file that fails to build ---- */
+
+static void write_file(const char *dir, const char *name, const char *text)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+static void copy_kernel(const char *dir, const char *name)
+{
+    char src[512];
+    snprintf(src, sizeof src, "%s/%s", CLATTN_TEST_KERNEL_DIR, name);
+    FILE *f = fopen(src, "rb");
+    assert_non_null(f);
+    static char text[1 << 20];
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    fclose(f);
+    text[n] = '\0';
+    write_file(dir, name, text);
+}
+
+static void test_broken_kernel_keeps_context_usable(void **s)
+{
+    (void)s;
+    char dir[] = "/tmp/clattn-broken-XXXXXX", path[512];
+    assert_non_null(mkdtemp(dir));
+    copy_kernel(dir, "common.cl");
+    copy_kernel(dir, "matmul.cl");
+    write_file(dir, "softmax.cl",
+               "#include \"common.cl\"\n"
+               "__kernel void masked_softmax_rows(__global float *x) { x[0] = no_such_name; }\n");
+    clattn_context *c = NULL;
+    clattn_params p = {0};
+    p.kernel_dir = dir;
+    assert_int_equal(clattn_context_create(&c, &p), CLATTN_SUCCESS);
+    clattn_tensor t, y;
+    assert_int_equal(clattn_tensor_create(c, CLATTN_FLOAT32, 2, H_DIMS(3, 4), a, &t), 0);
+    assert_int_equal(clattn_tensor_create(c, CLATTN_FLOAT32, 2, H_DIMS(3, 4), b, &y), 0);
+    for (int round = 0; round < 2; round++) { /* a failed build is not cached as a success */
+        assert_int_equal(clattn_masked_softmax(c, &t, NULL, &y), CLATTN_ERROR_BUILD_FAILED);
+        const char *msg = clattn_last_error(c);
+        assert_non_null(strstr(msg, "softmax.cl"));
+        assert_non_null(strstr(msg, "no_such_name")); /* the build log */
+        assert_non_null(strstr(msg, "-cl-std=CL1.2")); /* the options */
+    }
+    float got[12];
+    assert_int_equal(clattn_tensor_read_blocking(c, &y, got), CLATTN_SUCCESS);
+    assert_memory_equal(got, b, sizeof got); /* the output is untouched */
+    assert_usable(c);                        /* matmul.cl still builds and runs */
+    clattn_tensor_release(&t);
+    clattn_tensor_release(&y);
+    clattn_context_destroy(&c);
+    const char *names[] = {"common.cl", "matmul.cl", "softmax.cl"};
+    for (size_t i = 0; i < 3; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+        remove(path);
+    }
+    rmdir(dir);
+}
+
+/* ---- allocations beyond the device ---- */
+
+static void test_allocation_beyond_device(void **s)
+{
+    (void)s;
+    clattn_tensor t = {0};
+    size_t max = h_ctx->max_alloc / 4; /* elements in the device's largest buffer */
+    if (max < (size_t)INT32_MAX) {     /* one more than the device can hold */
+        size_t over = max + 1;
+        assert_int_equal(clattn_tensor_create(h_ctx, CLATTN_FLOAT32, 1, &over, NULL, &t),
+                         CLATTN_ERROR_OUT_OF_MEMORY);
+        assert_non_null(strstr(clattn_last_error(h_ctx), "max allocation"));
+        assert_null(t.buf);
+    }
+    size_t over_int = (size_t)INT32_MAX + 1; /* past the kernels' 32-bit indexing */
+    assert_int_equal(clattn_tensor_create(h_ctx, CLATTN_FLOAT32, 1, &over_int, NULL, &t),
+                     CLATTN_ERROR_INVALID_TENSOR);
+    assert_non_null(strstr(clattn_last_error(h_ctx), "dims[0]"));
+    size_t huge[4] = {65536, 65536, 65536, 65536}; /* 2^64 elements: the product overflows */
+    assert_int_equal(clattn_tensor_create(h_ctx, CLATTN_FLOAT32, 4, huge, NULL, &t),
+                     CLATTN_ERROR_INVALID_TENSOR);
+    assert_null(t.buf);
+    assert_usable(h_ctx);
+}
+
+/* ---- CLATTN_SYNC ---- */
+
+/* A masked softmax with device lengths {2, 9} on 5 keys: clamped without sync, read back and
+ * rejected with it (the output untouched). */
+static clattn_status softmax_bad_device_lens(clattn_context *c, float *y)
+{
+    int lens[2] = {2, 9};
+    float x[2 * 3 * 5];
+    clattn_tensor tx, ty, tl;
+    clattn_mask m = {0};
+    h_fill(x, 30, -1, 1);
+    m.valid_lens = &tl;
+    assert_int_equal(clattn_tensor_create(c, CLATTN_FLOAT32, 3, H_DIMS(2, 3, 5), x, &tx), 0);
+    assert_int_equal(clattn_tensor_create(c, CLATTN_FLOAT32, 3, H_DIMS(2, 3, 5), x, &ty), 0);
+    assert_int_equal(clattn_tensor_create(c, CLATTN_INT32, 1, H_DIMS(2), lens, &tl), 0);
+    clattn_status st = clattn_masked_softmax(c, &tx, &m, &ty);
+    assert_int_equal(clattn_tensor_read_blocking(c, &ty, y), CLATTN_SUCCESS);
+    if (st != CLATTN_SUCCESS)
+        assert_memory_equal(y, x, sizeof x);
+    clattn_tensor_release(&tx);
+    clattn_tensor_release(&ty);
+    clattn_tensor_release(&tl);
+    return st;
+}
+
+static void test_sync_mode(void **s)
+{
+    (void)s;
+    clattn_context *c = NULL;
+    clattn_params p = {0};
+    float y[30];
+    p.sync = 1;
+    assert_int_equal(clattn_context_create(&c, &p), CLATTN_SUCCESS);
+    assert_true(c->sync);
+    assert_usable(c); /* every launch finished and checked: the same results */
+    assert_int_equal(softmax_bad_device_lens(c, y), CLATTN_ERROR_INVALID_ARGUMENT);
+    assert_non_null(strstr(clattn_last_error(c), "valid_lens[1] = 9"));
+    assert_usable(c);
+    clattn_context_destroy(&c);
+    assert_int_equal(softmax_bad_device_lens(h_ctx, y), CLATTN_SUCCESS);
+    setenv("CLATTN_SYNC", "1", 1); /* the environment variable turns it on too */
+    assert_int_equal(clattn_context_create(&c, NULL), CLATTN_SUCCESS);
+    unsetenv("CLATTN_SYNC");
+    assert_true(c->sync);
+    clattn_context_destroy(&c);
+}
+
+/* ---- a wrapped context leaves the application's objects as it found them ---- */
+
+static cl_uint queue_refs(cl_command_queue q)
+{
+    cl_uint n = 0;
+    clGetCommandQueueInfo(q, CL_QUEUE_REFERENCE_COUNT, sizeof n, &n, NULL);
+    return n;
+}
+
+static void test_wrap_returns_objects(void **s)
+{
+    (void)s;
+    cl_int err;
+    cl_device_id dev = clattn_context_device(h_ctx);
+    cl_context cl = clCreateContext(NULL, 1, &dev, NULL, NULL, &err);
+    assert_int_equal(err, CL_SUCCESS);
+    cl_command_queue q = clCreateCommandQueue(cl, dev, 0, &err);
+    assert_int_equal(err, CL_SUCCESS);
+    clattn_context *c = NULL;
+    assert_int_equal(clattn_context_wrap(&c, cl, dev, q, NULL), CLATTN_SUCCESS);
+    assert_usable(c);
+    clattn_context_destroy(&c);
+    assert_null(c);
+    assert_int_equal(clFinish(q), CL_SUCCESS);
+    /* PoCL lets go of finished commands' references a little later: wait up to 5 s */
+    for (int i = 0; i < 500 && queue_refs(q) != 1; i++)
+        nanosleep(&(struct timespec){0, 10000000}, NULL);
+    assert_int_equal(queue_refs(q), 1); /* only the application's own reference is left */
+    cl_uint cr = 0;
+    clGetContextInfo(cl, CL_CONTEXT_REFERENCE_COUNT, sizeof cr, &cr, NULL);
+    assert_true(cr >= 1);
+    assert_int_equal(clReleaseCommandQueue(q), CL_SUCCESS);
+    assert_int_equal(clReleaseContext(cl), CL_SUCCESS);
+    assert_usable(h_ctx);
+}
+
+static int setup(void **st)
+{
+    if (h_setup(st))
+        return -1;
+    h_fill(a, M * K, -1, 1);
+    h_fill(b, K * N, -1, 1);
+    clattn_tensor ta = h_tensor(CLATTN_FLOAT32, 2, H_DIMS(M, K), a);
+    clattn_tensor tb = h_tensor(CLATTN_FLOAT32, 2, H_DIMS(K, N), b);
+    clattn_tensor tc = h_tensor(CLATTN_FLOAT32, 2, H_DIMS(M, N), NULL);
+    assert_int_equal(clattn_matmul(h_ctx, &ta, 0, &tb, 0, 1.0f, 0.0f, &tc), CLATTN_SUCCESS);
+    assert_int_equal(clattn_tensor_read_blocking(h_ctx, &tc, expect), CLATTN_SUCCESS);
+    clattn_tensor_release(&ta);
+    clattn_tensor_release(&tb);
+    clattn_tensor_release(&tc);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc > 1 && strcmp(argv[1], "--no-platform") == 0)
+        return child_no_platform();
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n <= 0)
+        return 1;
+    self[n] = '\0';
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_no_platform),
+        cmocka_unit_test(test_device_matching_nothing),
+        cmocka_unit_test(test_broken_kernel_keeps_context_usable),
+        cmocka_unit_test(test_allocation_beyond_device),
+        cmocka_unit_test(test_sync_mode),
+        cmocka_unit_test(test_wrap_returns_objects),
+    };
+    return cmocka_run_group_tests(tests, setup, h_teardown);
+}
