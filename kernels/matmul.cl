@@ -31,7 +31,7 @@
 #define KC 256 /* k-slice depth: KC * TN floats of B stay in L1 */
 #endif
 #ifndef RB
-#define RB 8 /* row panels per work-item: the reuse count of each B slice */
+#define RB 16 /* row panels per work-item: the reuse count of each B slice */
 #endif
 #ifndef PK
 #define PK 16 /* k values packed per work-item */
