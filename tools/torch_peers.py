@@ -1,0 +1,111 @@
+#!/usr/bin/env python3
+"""PyTorch peers for clattn-bench (BENCHMARKS.md): the same shapes, timed the same way.
+
+Prints one JSON object per line: {"name": ..., "ms": median, "reps": n}. Run it right before or
+after `clattn-bench --only attention,mha,additive` so both see the same machine state.
+Uses Debian's python3-torch (CPU, float32) with as many threads as the machine has cores.
+"""
+import json
+import math
+import os
+import statistics
+import sys
+import time
+
+import warnings
+
+import torch
+from torch import nn
+
+
+def median_ms(fn, reps, warmup=2):
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(times)
+
+
+def masked_softmax(X, valid_lens):
+    """d2l 11.3.1, verbatim in meaning: masked positions get -1e6, then softmax."""
+    if valid_lens is None:
+        return nn.functional.softmax(X, dim=-1)
+    shape = X.shape
+    if valid_lens.dim() == 1:
+        valid_lens = torch.repeat_interleave(valid_lens, shape[1])
+    else:
+        valid_lens = valid_lens.reshape(-1)
+    maxlen = X.size(-1)
+    mask = torch.arange(maxlen, dtype=torch.float32)[None, :] < valid_lens[:, None]
+    X = X.reshape(-1, shape[-1]).clone()
+    X[~mask] = -1e6
+    return nn.functional.softmax(X.reshape(shape), dim=-1)
+
+
+class AdditiveAttention(nn.Module):
+    """d2l 11.3.2: materialises the (B, Q, K, h) features."""
+
+    def __init__(self, num_hiddens, dropout):
+        super().__init__()
+        self.W_k = nn.LazyLinear(num_hiddens, bias=False)
+        self.W_q = nn.LazyLinear(num_hiddens, bias=False)
+        self.w_v = nn.LazyLinear(1, bias=False)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, queries, keys, values, valid_lens):
+        queries, keys = self.W_q(queries), self.W_k(keys)
+        features = torch.tanh(queries.unsqueeze(2) + keys.unsqueeze(1))
+        scores = self.w_v(features).squeeze(-1)
+        self.attention_weights = masked_softmax(scores, valid_lens)
+        return torch.bmm(self.dropout(self.attention_weights), values)
+
+
+def bench_additive(reps):
+    B, Q, K, h, size = 4, 256, 256, 64, 64
+    net = AdditiveAttention(h, 0.0).eval()
+    q, k, v = torch.randn(B, Q, size), torch.randn(B, K, size), torch.randn(B, K, size)
+    lens = torch.randint(1, K + 1, (B,))
+    with torch.no_grad():
+        net(q, k, v, lens)
+        return median_ms(lambda: net(q, k, v, lens), reps)
+
+
+def bench_mha(reps):
+    B, H, N, E = 4, 8, 512, 512
+    net = nn.MultiheadAttention(E, H, batch_first=True).eval()  # bias=False trips torch 1.13
+    x = torch.randn(B, N, E)
+    with torch.no_grad():
+        return median_ms(lambda: net(x, x, x, need_weights=False), reps)
+
+
+def bench_unfused_attention(reps, n=1024, heads=16, d=64):
+    q, k, v = (torch.randn(heads, n, d) for _ in range(3))
+    scale = 1 / math.sqrt(d)
+
+    def run():
+        w = torch.softmax(torch.bmm(q, k.transpose(1, 2)) * scale, dim=-1)
+        return torch.bmm(w, v)
+
+    with torch.no_grad():
+        return median_ms(run, reps)
+
+
+def main():
+    warnings.filterwarnings("ignore", message="Lazy modules")
+    reps = int(sys.argv[1]) if len(sys.argv) > 1 else 10
+    torch.set_num_threads(os.cpu_count() or 1)
+    results = [
+        ("torch_additive_d2l_B4_Q256_K256_h64", bench_additive(reps)),
+        ("torch_mha_B4_H8_N512_E512", bench_mha(reps)),
+        ("torch_attention_unfused_H16_N1024_d64", bench_unfused_attention(reps)),
+    ]
+    for name, ms in results:
+        print(json.dumps({"name": name, "ms": round(ms, 3), "reps": reps,
+                          "torch": torch.__version__, "threads": torch.get_num_threads()}))
+
+
+if __name__ == "__main__":
+    main()
