@@ -7,12 +7,14 @@
  *
  * Variants:
  * - CPU shape (pack_* + matmul_rows or matmul_packed): op(B) is packed into TN-column panels laid
- *   out (batch, panel, k, TN), zero padded, so that each KC x TN slice of a panel is one contiguous
- *   32 KiB block however badly B's row length aliases in the caches (powers of two). Each work-item
- *   owns a TN-wide column strip of C over RB consecutive TM-row panels: for every KC-deep slice of
- *   k it keeps the B slice in L1 while it sweeps its RB row panels, each time holding a TM x TN tile
- *   of C in TM * TN / VN vector registers and broadcasting one element of A per row and k. A whose
- *   rows run along k is read in place, TM row streams at once (matmul_rows: as fast as packed
+ *   out (batch, panel, k, TN), zero padded, so that a panel streams contiguously however badly B's
+ *   row length aliases in the caches (powers of two). Each work-item owns a TN-wide column strip of
+ *   C over up to RB consecutive TM-row panels: it sweeps its row panels over one KC-deep slice of
+ *   its B panel after the other (the slice stays in L2 for all of them), each time holding a
+ *   TM x TN tile of C in TM * TN / VN vector registers and broadcasting one element of A per row
+ *   and k. Measured on PoCL/AVX-512: slicing k to keep B in L1 (KC 256) was ~5% slower than one
+ *   slice up to K = 4096, the partial sums' trips through C costing more than L2 reads of B. A
+ *   whose rows run along k is read in place, TM row streams at once (matmul_rows: as fast as packed
  *   panels and no packing pass); a transposed A is first packed into TM-row panels (batch, panel,
  *   k, TM) (matmul_packed). PoCL vectorizes nothing across work-items once the kernel has a loop,
  *   hence the explicit VN-wide vectors and fma (mad compiles to a separate multiply and add there).
@@ -28,10 +30,10 @@
 #define VN 16 /* vector width of the tile: 16 for AVX-512, 8 for AVX2 */
 #endif
 #ifndef KC
-#define KC 256 /* k-slice depth: KC * TN floats of B stay in L1 */
+#define KC 4096 /* k-slice depth: a KC x TN slice of B is reused from L2 by RB row panels */
 #endif
 #ifndef RB
-#define RB 16 /* row panels per work-item: the reuse count of each B slice */
+#define RB 16 /* row panels per work-item, at most: the reuse count of each B slice */
 #endif
 #ifndef PK
 #define PK 16 /* k values packed per work-item */
@@ -190,12 +192,13 @@ static inline __attribute__((always_inline)) void gemm_strip(__global const floa
                        int rb, int M, int N, int K, float alpha, float beta,
                        __global const float *bias)
 {
+    /* The row panels are shared out evenly (at most RB each): PoCL hands each thread a contiguous
+     * run of work-groups, so equal work-items are what keeps both threads busy to the end. */
+    int np = (M + TM - 1) / TM, nrb = (np + RB - 1) / RB;
+    int p0 = rb * np / nrb, p1 = (rb + 1) * np / nrb;
     for (int k0 = 0; k0 < K; k0 += KC) {
         int kn = min(KC, K - k0);
-        for (int r = 0; r < RB; r++) {
-            int pi = rb * RB + r;
-            if (pi * TM >= M)
-                break;
+        for (int pi = p0; pi < p1; pi++) {
             int last = min(TM, M - pi * TM) - 1;
             __global const float *a = A + (size_t)pi * a_ps + (size_t)k0 * a_sk;
             __global const float *ar[TM];

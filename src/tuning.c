@@ -20,7 +20,7 @@ typedef struct {
 static const variant_def variants[] = {
     /* CPU shape: packed panels; each work-item owns a TN-wide column strip over RB row panels,
      * k-blocked by KC, with a TM x TN register tile of VN-wide vectors; PK k per packing item. */
-    {"matmul", "cpu", "TM=12:TN=32:VN=16:KC=256:RB=16:PK=16"},
+    {"matmul", "cpu", "TM=12:TN=32:VN=16:KC=4096:RB=16:PK=16"},
     /* GPU shape: TSM x TSN work-group tiles staged through local memory TSK deep, a WPTM x WPTN
      * register sub-tile per work-item (256 work-items, 16.5 KiB of local memory). */
     {"matmul", "gpu", "TSM=128:TSN=128:TSK=16:WPTM=8:WPTN=8"},
