@@ -21,19 +21,19 @@
  * - GPU shape (matmul_tiled): local-memory tiles and register blocking, see below. */
 
 #ifndef TM
-#define TM 12 /* rows of the register tile (one broadcast of A each per k) */
+#define TM 6 /* rows of the register tile (one broadcast of A each per k) */
 #endif
 #ifndef TN
-#define TN 32 /* columns of the register tile, a multiple of VN */
+#define TN 16 /* columns of the register tile, a multiple of VN */
 #endif
 #ifndef VN
-#define VN 16 /* vector width of the tile: 16 for AVX-512, 8 for AVX2 */
+#define VN 8 /* vector width of the tile: 8 for AVX2, 16 for AVX-512 */
 #endif
 #ifndef KC
 #define KC 4096 /* k-slice depth: a KC x TN slice of B is reused from L2 by RB row panels */
 #endif
 #ifndef RB
-#define RB 16 /* row panels per work-item, at most: the reuse count of each B slice */
+#define RB 32 /* row panels per work-item, at most: the reuse count of each B slice */
 #endif
 #ifndef PK
 #define PK 16 /* k values packed per work-item */

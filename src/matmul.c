@@ -238,8 +238,8 @@ static clattn_status enqueue_packed(clattn_context *ctx, const clattn_tuning *tu
     clattn_status st = CLATTN_SUCCESS;
     cl_kernel km;
     cl_mem buf;
-    int TM = clattn__tune_int(tune, "TM", 12), TN = clattn__tune_int(tune, "TN", 32);
-    int VN = clattn__tune_int(tune, "VN", 16), RB = clattn__tune_int(tune, "RB", 16);
+    int TM = clattn__tune_int(tune, "TM", 6), TN = clattn__tune_int(tune, "TN", 16);
+    int VN = clattn__tune_int(tune, "VN", 8), RB = clattn__tune_int(tune, "RB", 32);
     int PK = clattn__tune_int(tune, "PK", 16);
     int M = a.rows, N = b.cols, K = a.cols, c_off = (int)C->offset;
     int bias_off = bias ? (int)bias->offset : 0;

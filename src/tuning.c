@@ -19,8 +19,9 @@ typedef struct {
 /* Every variant the library can build. Parameter names are the kernels' #define names. */
 static const variant_def variants[] = {
     /* CPU shape: packed panels; each work-item owns a TN-wide column strip over RB row panels,
-     * k-blocked by KC, with a TM x TN register tile of VN-wide vectors; PK k per packing item. */
-    {"matmul", "cpu", "TM=12:TN=32:VN=16:KC=4096:RB=16:PK=16"},
+     * k-blocked by KC, with a TM x TN register tile of VN-wide vectors; PK k per packing item.
+     * The defaults fit AVX2's 16 vector registers (12 accumulators); AVX-512 devices get a rule. */
+    {"matmul", "cpu", "TM=6:TN=16:VN=8:KC=4096:RB=32:PK=16"},
     /* GPU shape: TSM x TSN work-group tiles staged through local memory TSK deep, a WPTM x WPTN
      * register sub-tile per work-item (256 work-items, 16.5 KiB of local memory). */
     {"matmul", "gpu", "TSM=128:TSN=128:TSK=16:WPTM=8:WPTN=8"},
@@ -44,8 +45,20 @@ typedef struct {
     const char *op, *variant, *params;
 } rule;
 
+/* PoCL names a CPU device after LLVM's name for the CPU ("pthread-skylake-avx512-..."): these have
+ * 32 512-bit registers, room for a 6 x 64 tile (24 accumulators), 4-9% faster than 12 x 32 there. */
+#define AVX512_MATMUL "TM=6:TN=64:VN=16"
+
 /* First matching rule wins; the last rules are the catch-alls per op. */
 static const rule rules[] = {
+    {CL_DEVICE_TYPE_CPU, NULL, "avx512", "matmul", "cpu", AVX512_MATMUL},
+    {CL_DEVICE_TYPE_CPU, NULL, "cascadelake", "matmul", "cpu", AVX512_MATMUL},
+    {CL_DEVICE_TYPE_CPU, NULL, "cooperlake", "matmul", "cpu", AVX512_MATMUL},
+    {CL_DEVICE_TYPE_CPU, NULL, "icelake", "matmul", "cpu", AVX512_MATMUL},
+    {CL_DEVICE_TYPE_CPU, NULL, "tigerlake", "matmul", "cpu", AVX512_MATMUL},
+    {CL_DEVICE_TYPE_CPU, NULL, "rapids", "matmul", "cpu", AVX512_MATMUL}, /* sapphire, emerald, granite */
+    {CL_DEVICE_TYPE_CPU, NULL, "znver4", "matmul", "cpu", AVX512_MATMUL},
+    {CL_DEVICE_TYPE_CPU, NULL, "znver5", "matmul", "cpu", AVX512_MATMUL},
     {CL_DEVICE_TYPE_CPU, NULL, NULL, "matmul", "cpu", ""},
     {CL_DEVICE_TYPE_CPU, NULL, NULL, "softmax", "cpu", ""},
     {0, NULL, NULL, "matmul", "gpu", ""},
