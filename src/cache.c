@@ -6,7 +6,8 @@
  * size and the payload's FNV-1a, then the driver's program binary. A file that does not check out
  * or that the driver rejects is ignored and the program is built from source and saved again.
  * Files are written to a temporary name and renamed, so readers never see half a file, and every
- * failure to write (no directory, no permission, full disk) is silent: the cache only saves time. */
+ * failure to write (no directory, no permission, full disk) is silent: the cache only saves time.
+ * Programs are written when their context is destroyed, once their kernels have run (program.c). */
 #include "internal.h"
 #include <errno.h>
 #include <stdio.h>

@@ -207,9 +207,11 @@ fail:
     return st;
 }
 
-/* Saves the programs whose newly launched kernels have finished. PoCL compiles a kernel at its
- * first launch and a binary saved before that still pays the compile, so the save waits for the
- * launch's event; checking it never blocks. */
+/* Saves the programs whose newly launched kernels have finished, when the context is destroyed.
+ * PoCL compiles a kernel at its first launch and a binary saved before that still pays the
+ * compile, so the save waits for the launch's event (checking it never blocks); and asking PoCL
+ * for a binary compiles every kernel of the program, seconds of host time that an op must not
+ * spend, so the save happens at destruction. */
 static void save_finished(clattn_context *ctx)
 {
     for (int i = 0; i < ctx->nprograms; i++) {
@@ -307,8 +309,6 @@ clattn_status clattn__launch(clattn_context *ctx, cl_kernel k, cl_uint dims, con
         snprintf(where, sizeof where, "clFinish after %s (CLATTN_SYNC)", what);
         CHECK_CL(ctx, clFinish(ctx->queue), where);
     }
-    if (ctx->cache_dir[0])
-        save_finished(ctx);
 fail:
     return st;
 }
