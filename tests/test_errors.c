@@ -108,7 +108,7 @@ static void test_softmax_bad(void **s)
 {
     (void)s;
     clattn_tensor wrong = clattn_view(C.buf, CLATTN_FLOAT32, 0, 3, H_DIMS(2, 5, 3));
-    int lens_neg[2] = {-1, 2}, lens_big[2] = {6, 2}, lens_ok[2] = {1, 5};
+    int lens_neg[2] = {-1, 2}, lens_big[2] = {6, 2}, lens_ok[3] = {1, 5, 2};
     int mvals[4] = {1, 0, 1, 1};
     clattn_tensor mt = h_tensor(CLATTN_INT32, 2, H_DIMS(2, 2), mvals);
     clattn_tensor mfloat = clattn_view(mt.buf, CLATTN_FLOAT32, 0, 1, H_DIMS(4));
