@@ -13,6 +13,10 @@
 #   `oclgrind` launcher would put its runtime first, so this script sets the same variables itself.
 keep=$1
 shift
+[ -f "$keep" ] || {
+    echo "oclgrind.sh: $keep is missing (build it: ninja -C build)" >&2
+    exit 1
+}
 command -v oclgrind >/dev/null 2>&1 || {
     echo "oclgrind: not installed (apt-get install oclgrind)" >&2
     exit 77
