@@ -110,7 +110,9 @@ static inline float16 max16(float16 a, float16 b)
 
 static inline float hmax16(float16 v)
 {
-    float8 a = select(v.lo, v.hi, v.hi > v.lo);
+    /* the upper half by components: Oclgrind 21.10 takes lane 11 of .hi for undefined */
+    float8 hi = (float8)(v.s8, v.s9, v.sa, v.sb, v.sc, v.sd, v.se, v.sf);
+    float8 a = select(v.lo, hi, hi > v.lo);
     float4 b = select(a.lo, a.hi, a.hi > a.lo);
     float2 c = select(b.lo, b.hi, b.hi > b.lo);
     return c.y > c.x ? c.y : c.x;
@@ -118,7 +120,7 @@ static inline float hmax16(float16 v)
 
 static inline float hsum16(float16 v)
 {
-    float8 a = v.lo + v.hi;
+    float8 a = v.lo + (float8)(v.s8, v.s9, v.sa, v.sb, v.sc, v.sd, v.se, v.sf); /* see hmax16 */
     float4 b = a.lo + a.hi;
     return (b.x + b.y) + (b.z + b.w);
 }

@@ -42,12 +42,15 @@ static clattn_status check_lens_shape(clattn_context *ctx, int ndim, const size_
                                       const clattn_mask_args *o, const char *name)
 {
     clattn_status st = CLATTN_SUCCESS;
+    char second[32] = "";
     CHECK(ctx, ndim == 1 || ndim == 2, CLATTN_ERROR_SHAPE_MISMATCH,
           "%s.valid_lens: rank %d, expected 1 (B) or 2 (B, Q)", name, ndim);
+    if (ndim == 2)
+        snprintf(second, sizeof second, ", %zu", dims[1]);
     CHECK(ctx, dims[0] == (size_t)o->D0 && (ndim == 1 || dims[1] == (size_t)o->Q),
           CLATTN_ERROR_SHAPE_MISMATCH,
-          "%s.valid_lens: shape (%zu%s%zu), expected (%d) or (%d, %d) for these scores", name,
-          dims[0], ndim == 2 ? ", " : "", ndim == 2 ? dims[1] : 0, o->D0, o->D0, o->Q);
+          "%s.valid_lens: shape (%zu%s), expected (%d) or (%d, %d) for these scores", name,
+          dims[0], ndim == 2 ? second : "", o->D0, o->D0, o->Q);
 fail:
     return st;
 }

@@ -57,7 +57,8 @@ static clattn_status check_matmul(clattn_context *ctx, const clattn_tensor *A, i
           b.rows, b.cols);
     CHECK(ctx, a.rows == M && b.cols == N, CLATTN_ERROR_SHAPE_MISMATCH,
           "C: shape %s, expected (..., %d, %d) from A %s and B %s",
-          clattn__shape_str(C, s3, sizeof s3), a.rows, b.cols, s1, s2);
+          clattn__shape_str(C, s3, sizeof s3), a.rows, b.cols,
+          clattn__shape_str(A, s1, sizeof s1), clattn__shape_str(B, s2, sizeof s2));
     CHECK_ST(check_batch(ctx, A, "A", C));
     CHECK_ST(check_batch(ctx, B, "B", C));
     CHECK(ctx, !overlaps(C, A) && !overlaps(C, B), CLATTN_ERROR_INVALID_ARGUMENT,

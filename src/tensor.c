@@ -99,7 +99,8 @@ clattn_status clattn_tensor_create(clattn_context *ctx, clattn_dtype dtype, int 
     cl_int err;
     CHECK(NULL, ctx, CLATTN_ERROR_INVALID_ARGUMENT, "ctx: NULL context");
     CHECK(ctx, out, CLATTN_ERROR_INVALID_ARGUMENT, "out: NULL pointer");
-    CHECK(ctx, dims && ndim >= 1 && ndim <= CLATTN_MAX_DIMS, CLATTN_ERROR_SHAPE_MISMATCH,
+    CHECK(ctx, dims, CLATTN_ERROR_INVALID_ARGUMENT, "dims: NULL pointer");
+    CHECK(ctx, ndim >= 1 && ndim <= CLATTN_MAX_DIMS, CLATTN_ERROR_SHAPE_MISMATCH,
           "dims: rank %d, expected 1 to %d", ndim, CLATTN_MAX_DIMS);
     CHECK(ctx, dtype == CLATTN_FLOAT32 || dtype == CLATTN_INT32, CLATTN_ERROR_INVALID_ARGUMENT,
           "dtype: unknown (%d)", (int)dtype);

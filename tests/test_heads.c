@@ -46,8 +46,8 @@ static void test_shapes(void **s)
 static void test_bad(void **s)
 {
     (void)s;
-    float x[2 * 3 * 10] = {0}, y0[60];
-    for (int i = 0; i < 60; i++)
+    float x[2 * 3 * 10] = {0}, y0[8 * 3 * 10];
+    for (int i = 0; i < 8 * 3 * 10; i++)
         y0[i] = (float)i;
     clattn_tensor tx = h_tensor(CLATTN_FLOAT32, 3, H_DIMS(2, 3, 10), x);
     clattn_tensor ty = h_tensor(CLATTN_FLOAT32, 3, H_DIMS(8, 3, 10), y0);
