@@ -23,6 +23,24 @@ fail:
     return st;
 }
 
+clattn_status clattn__check_module_inputs(clattn_context *ctx, const clattn_tensor *q,
+                                         const clattn_tensor *k, const clattn_tensor *v,
+                                         const clattn_tensor *out)
+{
+    clattn_status st = CLATTN_SUCCESS;
+    CHECK_ST(clattn__check_tensor(ctx, q, "queries", CLATTN_FLOAT32, 3, 3));
+    CHECK_ST(clattn__check_tensor(ctx, k, "keys", CLATTN_FLOAT32, 3, 3));
+    CHECK_ST(clattn__check_tensor(ctx, v, "values", CLATTN_FLOAT32, 3, 3));
+    CHECK_ST(clattn__check_tensor(ctx, out, "out", CLATTN_FLOAT32, 3, 3));
+    size_t B = q->dims[0], nk = k->dims[1];
+    CHECK(ctx, k->dims[0] == B && v->dims[0] == B, CLATTN_ERROR_SHAPE_MISMATCH,
+          "keys/values: batch %zu/%zu differs from the queries' %zu", k->dims[0], v->dims[0], B);
+    CHECK(ctx, v->dims[1] == nk, CLATTN_ERROR_SHAPE_MISMATCH,
+          "values: %zu rows, expected the keys' %zu", v->dims[1], nk);
+fail:
+    return st;
+}
+
 clattn_status clattn__resolve_opts(clattn_context *ctx, const clattn_attention_opts *opts,
                                    int rank, const size_t *sdims, clattn_mask_args *m,
                                    const clattn_dropout_params **drop)

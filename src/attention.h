@@ -35,6 +35,10 @@ clattn_status clattn__attention_core(clattn_context *ctx, const clattn_tensor *Q
                                      const clattn_mask_args *mask,
                                      const clattn_dropout_params *dropout, float scale,
                                      const clattn_tensor *out, const clattn_tensor *weights);
+/* queries (B, Q, *), keys (B, K, *), values (B, K, *), out rank 3: the modules' common checks. */
+clattn_status clattn__check_module_inputs(clattn_context *ctx, const clattn_tensor *q,
+                                         const clattn_tensor *k, const clattn_tensor *v,
+                                         const clattn_tensor *out);
 /* Checks opts' dropout and resolves its mask for scores of the given shape (opts may be NULL);
  * *drop is the dropout to apply (NULL for none). Release m with clattn__mask_release. */
 clattn_status clattn__resolve_opts(clattn_context *ctx, const clattn_attention_opts *opts,

@@ -31,15 +31,8 @@ static clattn_status check_mha(clattn_context *ctx, const clattn_tensor *q, cons
     clattn_status st = CLATTN_SUCCESS;
     char s1[96];
     size_t os = 0;
-    CHECK_ST(clattn__check_tensor(ctx, q, "queries", CLATTN_FLOAT32, 3, 3));
-    CHECK_ST(clattn__check_tensor(ctx, k, "keys", CLATTN_FLOAT32, 3, 3));
-    CHECK_ST(clattn__check_tensor(ctx, v, "values", CLATTN_FLOAT32, 3, 3));
-    CHECK_ST(clattn__check_tensor(ctx, out, "out", CLATTN_FLOAT32, 3, 3));
+    CHECK_ST(clattn__check_module_inputs(ctx, q, k, v, out));
     size_t B = q->dims[0], nq = q->dims[1], nk = k->dims[1];
-    CHECK(ctx, k->dims[0] == B && v->dims[0] == B, CLATTN_ERROR_SHAPE_MISMATCH,
-          "keys/values: batch %zu/%zu differs from the queries' %zu", k->dims[0], v->dims[0], B);
-    CHECK(ctx, v->dims[1] == nk, CLATTN_ERROR_SHAPE_MISMATCH,
-          "values: %zu rows, expected the keys' %zu", v->dims[1], nk);
     CHECK(ctx, w, CLATTN_ERROR_INVALID_ARGUMENT, "w: NULL weights");
     *hid = 0;
     CHECK_ST(check_linear(ctx, w->W_q, "w.W_q", w->b_q, "w.b_q", q->dims[2], "queries", hid));
