@@ -506,6 +506,28 @@ static int att_run_naive(bench *b, void *arg)
            clattn_matmul(b->ctx, &a->weights, 0, &a->v, 0, 1.0f, 0.0f, &a->out) != CLATTN_SUCCESS;
 }
 
+/* Softmaxes the n scores w in place, then returns the worst scaled error of the output row `got`
+ * (dv values) against sum_j w_j v[j * dv + e], scaled by max(|ref|, sum_j |w_j v_j|). */
+static double softmax_row_error(double *w, size_t n, const float *v, size_t dv, const float *got)
+{
+    double m = -INFINITY, sum = 0, worst = 0;
+    for (size_t j = 0; j < n; j++)
+        m = fmax(m, w[j]);
+    for (size_t j = 0; j < n; j++)
+        sum += (w[j] = exp(w[j] - m));
+    for (size_t e = 0; e < dv; e++) {
+        double o = 0, mag = 0;
+        for (size_t j = 0; j < n; j++) {
+            double t = w[j] / sum * v[j * dv + e];
+            o += t;
+            mag += fabs(t);
+        }
+        double err = isfinite(got[e]) ? fabs(got[e] - o) / fmax(fabs(o), mag) : INFINITY;
+        worst = err > worst ? err : worst;
+    }
+    return worst;
+}
+
 /* Worst scaled error of out over ATT_SAMPLE_ROWS sampled rows per head, in double. */
 static double att_error(bench *b, const att_case *a, bench_run_fn fn)
 {
@@ -523,28 +545,15 @@ static double att_error(bench *b, const att_case *a, bench_run_fn fn)
             size_t i = (size_t)uniform(b, 0, (double)n);
             const float *q = a->hq + (h * n + i) * d;
             size_t limit = a->causal ? i + 1 : n;
-            double m = -INFINITY, sum = 0;
             for (size_t j = 0; j < n; j++) {
                 const float *k = a->hk + (h * n + j) * d;
                 double dot = 0;
                 for (size_t e = 0; e < d; e++)
                     dot += (double)q[e] * k[e];
                 w[j] = j < limit ? dot / sqrt((double)d) : CLATTN_DEFAULT_FILL;
-                m = fmax(m, w[j]);
             }
-            for (size_t j = 0; j < n; j++)
-                sum += (w[j] = exp(w[j] - m));
-            for (size_t e = 0; e < d; e++) {
-                double o = 0, mag = 0;
-                for (size_t j = 0; j < n; j++) {
-                    double t = w[j] / sum * a->hv[(h * n + j) * d + e];
-                    o += t;
-                    mag += fabs(t);
-                }
-                double got = out[(h * n + i) * d + e];
-                double err = isfinite(got) ? fabs(got - o) / fmax(fabs(o), mag) : INFINITY;
-                worst = err > worst ? err : worst;
-            }
+            double err = softmax_row_error(w, n, a->hv + h * n * d, d, out + (h * n + i) * d);
+            worst = err > worst ? err : worst;
         }
     free(out);
     free(w);
@@ -830,27 +839,14 @@ static double add_error(bench *b, add_case *a)
         }
     for (size_t bb = 0; bb < ADD_B; bb++)
         for (size_t i = 0; i < N; i++) {
-            double m = -INFINITY, sum = 0;
             for (size_t j = 0; j < N; j++) {
                 double s = 0;
                 for (size_t h = 0; h < H; h++)
                     s += a->hwv[h] * tanh(qp[(bb * N + i) * H + h] + kp[(bb * N + j) * H + h]);
                 w[j] = (int)j < a->lens[bb] ? s : CLATTN_DEFAULT_FILL;
-                m = fmax(m, w[j]);
             }
-            for (size_t j = 0; j < N; j++)
-                sum += (w[j] = exp(w[j] - m));
-            for (size_t e = 0; e < H; e++) {
-                double o = 0, mag = 0;
-                for (size_t j = 0; j < N; j++) {
-                    double t = w[j] / sum * a->hv[(bb * N + j) * H + e];
-                    o += t;
-                    mag += fabs(t);
-                }
-                double got = out[(bb * N + i) * H + e];
-                double err = isfinite(got) ? fabs(got - o) / fmax(fabs(o), mag) : INFINITY;
-                worst = err > worst ? err : worst;
-            }
+            double err = softmax_row_error(w, N, a->hv + bb * N * H, H, out + (bb * N + i) * H);
+            worst = err > worst ? err : worst;
         }
     free(out);
     free(qp);
