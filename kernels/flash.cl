@@ -1,23 +1,28 @@
 /* clattn fused scaled-dot-product attention (flash-attention style): out = dropout(softmax(mask(
  * Q K^T * scale))) V with an online softmax over key blocks, never materialising the scores.
  *
- * Layout: Q (nb, nq, d), K (nb, nk, d), V (nb, nk, dv), O (nb, nq, dv), row-major float32 at element
- * offsets; batch bb is (d0, d1) = (bb / D1, bb % D1) for the mask (see common.cl). Blocked keys score
+ * Layout: Q (nb, nq, d), K (nb, nk, d), V (nb, nk, dv), O (nb, nq, dv), float32 with unit-stride
+ * rows; batch bb is (d0, d1) = (bb / D1, bb % D1) for the mask (see common.cl) and for the operands:
+ * each operand's int4 layout l = (offset, s0, s1, row stride) puts row `row` of batch bb at element
+ * l.x + d0 * l.y + d1 * l.z + row * l.w, so contiguous tensors and multi-head attention's
+ * projections (B, T, H * dh), read in place per head, take the same kernels. Blocked keys score
  * `fill`, exactly as the unfused path, so a row with every key blocked averages all values. A key
  * block past every row's length/causal limit is skipped once each row's running max exceeds
- * fill + 120: from then on exp(fill - max) is 0 in float32 (and exp_neg16 returns exactly 0 below
- * -87), so skipping changes nothing.
+ * fill + 120: from then on exp(fill - max) is 0 in float32 (and exp2_neg16 returns exactly 0 once
+ * max - fill exceeds 88), so skipping changes nothing.
  * Dropout element (bb, q, k) uses stream index (bb * nq + q) * nk + k, as the unfused weights.
  *
  * Variants:
  * - CPU shape (flash_pack_k, flash_pack_v, flash_cpu): K is packed per block of KB keys as
  *   (d, KB) panels and V as zero-padded (KB, DVP) rows, so the inner loops are unit-stride
- *   16-wide vector loads without bounds checks. A work-item owns QG groups of QR <= 16
+ *   16-wide vector loads without bounds checks. V is read in place when its rows already lie one
+ *   after another and need no padding (rows 2 KiB apart, as in multi-head attention, share so few
+ *   L1 sets that copying them together is faster). A work-item owns QG groups of QR <= 16
  *   consecutive query rows; for each key block it takes its groups in turn while the block's K and
  *   V panels stay in L1, keeping one group's scores (QR x KB) and outputs (QR x DVP) in registers
  *   (the unroll pragmas matter: without them PoCL keeps those arrays on the stack, twice as slow)
  *   and the other groups' running max, sums and outputs in private memory. Products use fma(): PoCL
- *   compiles mad() to a separate multiply and add. Probabilities use exp_neg16 below.
+ *   compiles mad() to a separate multiply and add. Probabilities use exp2_neg16 below.
  * - GPU shape (flash_gpu): a work-group of BQ items owns BQ query rows; K and V tiles of BK keys are
  *   staged in local memory by the whole group (coalesced), each item keeps its row of q and of the
  *   output in private memory. */
@@ -58,24 +63,31 @@
         int mask_off, int4 ms, int causal, float fill
 #define FLASH_DROP_PARAMS int drop, uint2 seed, uint2 offset, uint threshold, float dscale
 
+/* element (row, 0) of batch bb in an operand with layout l (see the top of the file) */
+static inline size_t flash_at(int4 l, int D1, int bb, int row)
+{
+    return (size_t)l.x + (size_t)(bb / D1) * (size_t)l.y + (size_t)(bb % D1) * (size_t)l.z +
+           (size_t)row * (size_t)l.w;
+}
+
 /* kt[bb][blk][e][w] = K[bb][blk * KB + w][e], zero for keys >= nk. One work-item per key. */
-__kernel void flash_pack_k(__global const float *K, int k_off, int nk, int d, int nblk,
+__kernel void flash_pack_k(__global const float *K, int4 kl, int D1, int nk, int d, int nblk,
                            __global float *kt)
 {
     int k = get_global_id(0), bb = get_global_id(1);
     __global float *dst = kt + ((size_t)(bb * nblk + k / KB) * d) * KB + k % KB;
-    __global const float *src = K + k_off + ((size_t)bb * nk + k) * d;
+    __global const float *src = K + flash_at(kl, D1, bb, min(k, nk - 1));
     for (int e = 0; e < d; e++)
         dst[e * KB] = k < nk ? src[e] : 0.0f;
 }
 
 /* vp[bb][k][c] = V[bb][k][c] for k < nk and c < dv, else 0. One work-item per key. */
-__kernel void flash_pack_v(__global const float *V, int v_off, int nk, int dv, int nblk,
+__kernel void flash_pack_v(__global const float *V, int4 vl, int D1, int nk, int dv, int nblk,
                            __global float *vp, int vp_off)
 {
     int k = get_global_id(0), bb = get_global_id(1);
     __global float *dst = vp + vp_off + ((size_t)bb * nblk * KB + k) * DVP;
-    __global const float *src = V + v_off + ((size_t)bb * nk + k) * dv;
+    __global const float *src = V + flash_at(vl, D1, bb, min(k, nk - 1));
     for (int c = 0; c < DVP; c++)
         dst[c] = (k < nk && c < dv) ? src[c] : 0.0f;
 }
@@ -135,40 +147,47 @@ static inline float16 drop16(float16 p, ulong e, uint2 seed, uint2 offset, uint 
     return vload16(0, t);
 }
 
-/* exp(x) for the scores minus their running max (x <= 0, -inf for padding keys): Cody-Waite
- * reduction x = n ln2 + r and Cephes' degree-7 expf polynomial (about 1 ulp), with 2^n built in the
- * exponent bits. Results below exp(-87) (under 1.7e-38, far below one ulp of the row sum, which is
- * >= 1) are flushed to 0, so exp(fill - max) is exactly 0 once max - fill > 87. NaN stays NaN.
- * PoCL's builtin exp handles the whole range and costs a third more vector instructions. */
-static inline float16 exp_neg16(float16 x)
+/* 2^x for the scores minus their running max, in log2 units (x <= 0 but for rounding; -inf for
+ * padding keys): x = n + r with n = round(x) taken from the low bits of x + magic, and a degree-6
+ * minimax polynomial for 2^r on [-1/2, 1/2] (about 1.3 ulp), times 2^n built in the exponent bits.
+ * x is clamped at -127 first, where 2^n's exponent field becomes 0: results below 2^-126.5 (under
+ * 1.3e-38, far below one ulp of the row sum, which is >= 1) are exactly 0, so exp(fill - max) is 0
+ * once max - fill > 88. NaN stays NaN (the clamp keeps x when the comparison is false). PoCL's
+ * builtin exp handles the whole range and costs about twice the vector instructions. */
+static inline float16 exp2_neg16(float16 x)
 {
-    const float16 magic = (float16)(12582912.0f); /* 1.5 * 2^23: adding it rounds to an integer */
-    float16 t = fma(x, (float16)(1.44269504088896341f), magic);
-    float16 n = t - magic;
-    float16 r = fma(n, (float16)(-0.693359375f), x);
-    r = fma(n, (float16)(2.12194440e-4f), r);
-    float16 p = fma(r, (float16)(1.9875691500e-4f), (float16)(1.3981999507e-3f));
-    p = fma(p, r, (float16)(8.3334519073e-3f));
-    p = fma(p, r, (float16)(4.1665795894e-2f));
-    p = fma(p, r, (float16)(1.6666665459e-1f));
-    p = fma(p, r, (float16)(5.0000001201e-1f));
-    p = fma(p, r * r, r) + (float16)(1.0f);
-    float16 two_n = as_float16((as_int16(t) + (int16)(127)) << 23); /* low bits of t hold n */
-    return select(p * two_n, (float16)(0.0f), x < (float16)(-87.0f));
+    const float16 magic = (float16)(12582912.0f + 127.0f); /* 1.5 * 2^23 + exponent bias */
+    x = select(x, (float16)(-127.0f), x < (float16)(-127.0f));
+    float16 t = x + magic; /* rounds x to an integer n; the low mantissa bits hold n + 127 */
+    float16 r = x - (t - magic); /* exact, in [-1/2, 1/2] */
+    float16 two_n = as_float16(as_int16(t) << 23);
+    float16 p = fma(r, (float16)(1.534581243e-4f), (float16)(1.339993090e-3f));
+    p = fma(p, r, (float16)(9.618489072e-3f));
+    p = fma(p, r, (float16)(5.550328642e-2f));
+    p = fma(p, r, (float16)(2.402264625e-1f));
+    p = fma(p, r, (float16)(6.931471825e-1f));
+    p = fma(p, r, (float16)(1.0f));
+    return p * two_n;
 }
 
 /* the QR running-max corrections exp(m_old - m_new) as one vector (lanes past QR stay 1) */
-#define CORR_EXP(t) vstore16(exp_neg16(vload16(0, t)), 0, t)
+#define CORR_EXP(t) vstore16(exp2_neg16(vload16(0, t)), 0, t)
 
-__kernel void flash_cpu(__global const float *Q, int q_off, __global const float *kt,
-                        __global const float *vp, int vp_off, __global float *O, int o_off, int nq, int nk,
-                        int d, int dv, int nblk, float scale, FLASH_MASK_PARAMS,
+/* kt: packed K; V rows (zero-padded to DVP columns and to nblk * KB keys) with layout vl, packed
+ * by flash_pack_v or, when they need no padding, the caller's V itself. */
+__kernel void flash_cpu(__global const float *Q, int4 ql, __global const float *kt,
+                        __global const float *V, int4 vl, __global float *O, int4 ol, int nq,
+                        int nk, int d, int dv, int nblk, float scale, FLASH_MASK_PARAMS,
                         FLASH_DROP_PARAMS)
 {
     int item = get_global_id(0), bb = get_global_id(1);
     if (item * QG * QR >= nq)
         return; /* padding of the global size: every row is past nq */
     int d0 = bb / D1, d1 = bb % D1;
+    /* Scores are kept in log2 units, s * scale * log2(e), so each probability is one fma and a
+     * 2^x; the running maxima gm are in those units too. */
+    const float sl2 = scale * M_LOG2E_F, fill2 = fill * M_LOG2E_F;
+    const float negligible = (fill + NEGLIGIBLE) * M_LOG2E_F;
     /* state of the QG row groups, kept in memory between key blocks */
     int grow[QG][QR], glimit[QG][QR], gmax[QG], gmin[QG];
     float gm[QG][QR];
@@ -193,7 +212,7 @@ __kernel void flash_cpu(__global const float *Q, int q_off, __global const float
     for (int blk = 0; blk < nblk; blk++) {
         int kbase = blk * KB, any = 0;
         __global const float *ktb = kt + (size_t)(bb * nblk + blk) * d * KB;
-        __global const float *vb = vp + vp_off + ((size_t)bb * nblk * KB + kbase) * DVP;
+        __global const float *vb = V + flash_at(vl, D1, bb, kbase);
         #pragma unroll 1
         for (int gi = 0; gi < QG; gi++) {
             if ((item * QG + gi) * QR >= nq)
@@ -203,7 +222,7 @@ __kernel void flash_cpu(__global const float *Q, int q_off, __global const float
             #pragma unroll
             for (int r = 0; r < QR; r++) {
                 m[r] = gm[gi][r];
-                all_negligible &= m[r] > fill + NEGLIGIBLE;
+                all_negligible &= m[r] > negligible;
             }
             if (kbase >= gmax[gi] && all_negligible)
                 continue; /* every later key of this group is blocked and contributes exactly 0 */
@@ -211,7 +230,7 @@ __kernel void flash_cpu(__global const float *Q, int q_off, __global const float
             __global const float *qr[QR];
             #pragma unroll
             for (int r = 0; r < QR; r++)
-                qr[r] = Q + q_off + ((size_t)bb * nq + grow[gi][r]) * d;
+                qr[r] = Q + flash_at(ql, D1, bb, grow[gi][r]);
             float16 s[QR][NKV];
             #pragma unroll
             for (int r = 0; r < QR; r++)
@@ -231,24 +250,24 @@ __kernel void flash_cpu(__global const float *Q, int q_off, __global const float
                         s[r][j] = fma(qv, kv[j], s[r][j]);
                 }
             }
-            #pragma unroll
-            for (int r = 0; r < QR; r++)
-                #pragma unroll
-                for (int j = 0; j < NKV; j++)
-                    s[r][j] *= (float16)(scale);
-            if (mask || kbase + KB > gmin[gi]) { /* some key of the block is blocked or padding */
+            /* A block with blocked or padding keys (or a negative scale, which turns maxima into
+             * minima) is scaled before masking; an open one is scaled inside the fma below. */
+            float cs = sl2;
+            if (mask || kbase + KB > gmin[gi] || !(sl2 >= 0.0f)) {
+                cs = 1.0f;
                 #pragma unroll
                 for (int r = 0; r < QR; r++) {
                     __global const int *mrow =
                         clattn_mask_row(mask, mask_off, ms, d0, d1, grow[gi][r]);
                     #pragma unroll
                     for (int j = 0; j < NKV; j++)
-                        s[r][j] = mask16(s[r][j], kbase + 16 * j, nk, glimit[gi][r], mrow, ms.w,
-                                         fill);
+                        s[r][j] = mask16(s[r][j] * (float16)(sl2), kbase + 16 * j, nk,
+                                         glimit[gi][r], mrow, ms.w, fill2);
                 }
             }
             float16 pb[QR][NKV], ps[QR]; /* probabilities, read back one key at a time in P V */
             float cd[16];
+            int grew = 0; /* some row's maximum went up: its outputs and sums need rescaling */
             #pragma unroll
             for (int r = 0; r < 16; r++)
                 cd[r] = 0.0f;
@@ -258,13 +277,14 @@ __kernel void flash_cpu(__global const float *Q, int q_off, __global const float
                 #pragma unroll
                 for (int j = 1; j < NKV; j++)
                     vm = max16(vm, s[r][j]);
-                float bm = hmax16(vm), mn = bm > m[r] ? bm : m[r];
+                float bm = hmax16(vm) * cs, mn = bm > m[r] ? bm : m[r];
+                grew |= mn != m[r];
                 cd[r] = m[r] - mn;
                 gm[gi][r] = mn;
                 ps[r] = (float16)(0.0f);
                 #pragma unroll
                 for (int j = 0; j < NKV; j++) {
-                    pb[r][j] = exp_neg16(s[r][j] - (float16)(mn));
+                    pb[r][j] = exp2_neg16(fma(s[r][j], (float16)(cs), (float16)(-mn)));
                     ps[r] += pb[r][j];
                 }
             }
@@ -274,20 +294,30 @@ __kernel void flash_cpu(__global const float *Q, int q_off, __global const float
                         pb[r][j] = drop16(pb[r][j], ((ulong)bb * nq + grow[gi][r]) * nk + kbase +
                                           16 * j, seed, offset, threshold, dscale);
             }
-            CORR_EXP(cd);
             float16 acc[QR][NVD];
-            #pragma unroll
-            for (int r = 0; r < QR; r++) {
-                gl[gi][r] = fma(gl[gi][r], (float16)(cd[r]), ps[r]);
+            if (grew) {
+                CORR_EXP(cd);
                 #pragma unroll
-                for (int c = 0; c < NVD; c++)
-                    acc[r][c] = gacc[gi][r][c] * (float16)(cd[r]);
+                for (int r = 0; r < QR; r++) {
+                    gl[gi][r] = fma(gl[gi][r], (float16)(cd[r]), ps[r]);
+                    #pragma unroll
+                    for (int c = 0; c < NVD; c++)
+                        acc[r][c] = gacc[gi][r][c] * (float16)(cd[r]);
+                }
+            } else { /* every correction would be 2^0 = 1 */
+                #pragma unroll
+                for (int r = 0; r < QR; r++) {
+                    gl[gi][r] += ps[r];
+                    #pragma unroll
+                    for (int c = 0; c < NVD; c++)
+                        acc[r][c] = gacc[gi][r][c];
+                }
             }
             for (int k = 0; k < KB; k++) {
                 float16 vv[NVD];
                 #pragma unroll
                 for (int c = 0; c < NVD; c++)
-                    vv[c] = vload16(c, vb + k * DVP);
+                    vv[c] = vload16(c, vb + k * vl.w);
                 #pragma unroll
                 for (int r = 0; r < QR; r++) {
                     float16 pv = (float16)(((const float *)pb[r])[k]);
@@ -311,7 +341,7 @@ __kernel void flash_cpu(__global const float *Q, int q_off, __global const float
             if ((item * QG + gi) * QR + r >= nq)
                 break;
             float inv = 1.0f / hsum16(gl[gi][r]);
-            __global float *o = O + o_off + ((size_t)bb * nq + grow[gi][r]) * dv;
+            __global float *o = O + flash_at(ol, D1, bb, grow[gi][r]);
             #pragma unroll
             for (int c = 0; c < NVD; c++) {
                 float t[16];
@@ -325,8 +355,8 @@ __kernel void flash_cpu(__global const float *Q, int q_off, __global const float
 
 /* ---- GPU shape ---- */
 __kernel __attribute__((reqd_work_group_size(BQ, 1, 1)))
-void flash_gpu(__global const float *Q, int q_off, __global const float *K, int k_off,
-               __global const float *V, int v_off, __global float *O, int o_off, int nq, int nk,
+void flash_gpu(__global const float *Q, int4 ql, __global const float *K, int4 kl,
+               __global const float *V, int4 vl, __global float *O, int4 ol, int nq, int nk,
                int d, int dv, float scale, FLASH_MASK_PARAMS, FLASH_DROP_PARAMS)
 {
     __local float Ks[BK][DP + 1]; /* +1: rows land in different banks */
@@ -339,7 +369,7 @@ void flash_gpu(__global const float *Q, int q_off, __global const float *K, int 
     __global const int *mrow = clattn_mask_row(mask, mask_off, ms, d0, d1, rowc);
     float q[DP], acc[DVP], m = -INFINITY, l = 0.0f;
     for (int e = 0; e < DP; e++)
-        q[e] = e < d ? Q[q_off + ((size_t)bb * nq + rowc) * d + e] : 0.0f;
+        q[e] = e < d ? Q[flash_at(ql, D1, bb, rowc) + e] : 0.0f;
     for (int c = 0; c < DVP; c++)
         acc[c] = 0.0f;
     for (int kbase = 0; kbase < nk; kbase += BK) {
@@ -353,11 +383,11 @@ void flash_gpu(__global const float *Q, int q_off, __global const float *K, int 
             break; /* uniform: every row's remaining keys are blocked and negligible */
         for (int i = t; i < BK * DP; i += BQ) {
             int k = i / DP, e = i % DP;
-            Ks[k][e] = (kbase + k < nk && e < d) ? K[k_off + ((size_t)bb * nk + kbase + k) * d + e] : 0.0f;
+            Ks[k][e] = (kbase + k < nk && e < d) ? K[flash_at(kl, D1, bb, kbase + k) + e] : 0.0f;
         }
         for (int i = t; i < BK * DVP; i += BQ) {
             int k = i / DVP, c = i % DVP;
-            Vs[k][c] = (kbase + k < nk && c < dv) ? V[v_off + ((size_t)bb * nk + kbase + k) * dv + c] : 0.0f;
+            Vs[k][c] = (kbase + k < nk && c < dv) ? V[flash_at(vl, D1, bb, kbase + k) + c] : 0.0f;
         }
         barrier(CLK_LOCAL_MEM_FENCE);
         float s[BK], bm = -INFINITY;
@@ -389,6 +419,6 @@ void flash_gpu(__global const float *Q, int q_off, __global const float *K, int 
     if (row < nq) {
         float inv = 1.0f / l;
         for (int c = 0; c < dv; c++)
-            O[o_off + ((size_t)bb * nq + row) * dv + c] = acc[c] * inv;
+            O[flash_at(ol, D1, bb, row) + c] = acc[c] * inv;
     }
 }

@@ -75,8 +75,14 @@ clattn_status clattn__attention_core(clattn_context *ctx, const clattn_tensor *Q
     cl_mem buf = NULL;
     size_t nq = Q->dims[Q->ndim - 2], nk = K->dims[K->ndim - 2];
     CHECK_ST(clattn__tune(ctx, "attention", &att));
-    if (!weights && clattn__flash_supports(&att, Q->dims[Q->ndim - 1], V->dims[V->ndim - 1]))
-        return clattn__enqueue_flash(ctx, &att, Q, K, V, mask, dropout, scale, out);
+    int d = (int)Q->dims[Q->ndim - 1], dv = (int)V->dims[V->ndim - 1];
+    if (!weights && clattn__flash_supports(&att, (size_t)d, (size_t)dv)) {
+        clattn_flash_operand fq = clattn__flash_operand(Q, mask->D1);
+        clattn_flash_operand fk = clattn__flash_operand(K, mask->D1);
+        clattn_flash_operand fv = clattn__flash_operand(V, mask->D1);
+        clattn_flash_operand fo = clattn__flash_operand(out, mask->D1);
+        return clattn__enqueue_flash(ctx, &att, &fq, &fk, &fv, &fo, d, dv, mask, dropout, scale);
+    }
     size_t n = clattn__batch_count(Q, 2) * nq * nk;
     int drop = clattn__dropout_active(dropout);
     /* Scores go straight into the caller's weights when asked for, else into scratch; dropout

@@ -18,11 +18,20 @@ unsigned clattn__dropout_threshold(float p);
 
 /* flash.c: the fused path for attention with no weights requested. */
 int clattn__flash_supports(const clattn_tuning *tune, size_t d, size_t dv);
+/* An operand of the fused path: the mask's D0 x D1 batches of (rows, cols) with unit-stride rows;
+ * row r of batch (d0, d1) starts at element l = (off, s0, s1, rs): off + d0 s0 + d1 s1 + r rs. */
+typedef struct {
+    cl_mem buf;
+    cl_int4 l;
+} clattn_flash_operand;
+/* A contiguous (..., rows, cols) tensor whose batches split as (D0, D1). */
+clattn_flash_operand clattn__flash_operand(const clattn_tensor *t, int D1);
+/* out = attention of Q (nq, d), K (nk, d), V (nk, dv) per batch; nq, nk and the batches are m's. */
 clattn_status clattn__enqueue_flash(clattn_context *ctx, const clattn_tuning *tune,
-                                    const clattn_tensor *Q, const clattn_tensor *K,
-                                    const clattn_tensor *V, const clattn_mask_args *m,
-                                    const clattn_dropout_params *dropout, float scale,
-                                    const clattn_tensor *out);
+                                    const clattn_flash_operand *Q, const clattn_flash_operand *K,
+                                    const clattn_flash_operand *V, const clattn_flash_operand *out,
+                                    int d, int dv, const clattn_mask_args *m,
+                                    const clattn_dropout_params *dropout, float scale);
 
 /* heads.c: (B, T, H, dh) <-> (B, H, T, dh) between two buffers. */
 clattn_status clattn__enqueue_heads(clattn_context *ctx, cl_mem src, size_t s_off, cl_mem dst,

@@ -21,15 +21,15 @@ typedef struct {
     float dscale;
 } flash_args;
 
-static flash_args make_args(const clattn_tensor *Q, const clattn_tensor *K, const clattn_tensor *V,
-                            float scale, const clattn_dropout_params *p)
+static flash_args make_args(const clattn_mask_args *m, int d, int dv, float scale,
+                            const clattn_dropout_params *p)
 {
     flash_args a;
     memset(&a, 0, sizeof a);
-    a.nq = (int)Q->dims[Q->ndim - 2];
-    a.nk = (int)K->dims[K->ndim - 2];
-    a.d = (int)Q->dims[Q->ndim - 1];
-    a.dv = (int)V->dims[V->ndim - 1];
+    a.nq = m->Q;
+    a.nk = m->K;
+    a.d = d;
+    a.dv = dv;
     a.scale = scale;
     a.drop = clattn__dropout_active(p);
     if (a.drop) {
@@ -61,10 +61,21 @@ fail:
     return st;
 }
 
+clattn_flash_operand clattn__flash_operand(const clattn_tensor *t, int D1)
+{
+    size_t rows = t->dims[t->ndim - 2], cols = t->dims[t->ndim - 1];
+    clattn_flash_operand o = {t->buf, {{0}}};
+    o.l.s[0] = (cl_int)t->offset;
+    o.l.s[1] = (cl_int)((size_t)D1 * rows * cols);
+    o.l.s[2] = (cl_int)(rows * cols);
+    o.l.s[3] = (cl_int)cols;
+    return o;
+}
+
 static clattn_status enqueue_cpu(clattn_context *ctx, const clattn_tuning *tune,
-                                 const clattn_tensor *Q, const clattn_tensor *K,
-                                 const clattn_tensor *V, const clattn_mask_args *m,
-                                 const flash_args *a, const clattn_tensor *out)
+                                 const clattn_flash_operand *Q, const clattn_flash_operand *K,
+                                 const clattn_flash_operand *V, const clattn_mask_args *m,
+                                 const flash_args *a, const clattn_flash_operand *out)
 {
     clattn_status st = CLATTN_SUCCESS;
     cl_kernel kk, kv, kf;
@@ -72,17 +83,17 @@ static clattn_status enqueue_cpu(clattn_context *ctx, const clattn_tuning *tune,
     char defines[600];
     int QR = clattn__tune_int(tune, "QR", 5), KB = clattn__tune_int(tune, "KB", 64);
     int WG = clattn__tune_int(tune, "WG", 8), QG = clattn__tune_int(tune, "QG", 2);
-    int nb = (int)clattn__batch_count(Q, 2), dvp = (int)clattn__round_up((size_t)a->dv, 16);
+    int nb = m->D0 * m->D1, dvp = (int)clattn__round_up((size_t)a->dv, 16);
     int nblk = (int)clattn__div_up((size_t)a->nk, (size_t)KB);
-    int q_off = (int)Q->offset, k_off = (int)K->offset, v_off = (int)V->offset;
-    int o_off = (int)out->offset;
     CHECK(ctx, KB % 16 == 0, CLATTN_ERROR_INVALID_ARGUMENT,
           "tuning: attention=cpu needs KB a multiple of 16 (KB=%d)", KB);
     CHECK(ctx, QR >= 1 && QR <= 16 && WG >= 1 && QG >= 1, CLATTN_ERROR_INVALID_ARGUMENT,
           "tuning: attention=cpu needs 1 <= QR <= 16, WG >= 1 and QG >= 1 (QR=%d, WG=%d, QG=%d)",
           QR, WG, QG);
-    /* packed K panels and zero-padded V rows: extra memory O(nb * K * (d + dv)), not O(Q * K) */
-    size_t nkt = (size_t)nb * nblk * KB * a->d, nvp = (size_t)nb * nblk * KB * dvp;
+    /* Packed K panels and zero-padded V rows: extra memory O(nb * K * (d + dv)), not O(Q * K).
+     * V rows that need no padding and lie one after another are read in place. */
+    int v_packed = a->dv != dvp || a->nk % KB != 0 || V->l.s[3] != a->dv;
+    size_t nkt = (size_t)nb * nblk * KB * a->d, nvp = v_packed ? (size_t)nb * nblk * KB * dvp : 0;
     CHECK(ctx, nkt + nvp <= (size_t)INT32_MAX, CLATTN_ERROR_UNSUPPORTED,
           "attention: packed K and V of %zu elements exceed 32-bit indexing", nkt + nvp);
     CHECK_ST(clattn__scratch(ctx, CLATTN_SCRATCH_ATTN, (nkt + nvp) * 4, &buf));
@@ -90,17 +101,27 @@ static clattn_status enqueue_cpu(clattn_context *ctx, const clattn_tuning *tune,
     CHECK_ST(clattn__get_kernel(ctx, "flash.cl", defines, "flash_pack_k", &kk));
     CHECK_ST(clattn__get_kernel(ctx, "flash.cl", defines, "flash_pack_v", &kv));
     CHECK_ST(clattn__get_kernel(ctx, "flash.cl", defines, "flash_cpu", &kf));
-    int vp_off = (int)nkt;
     size_t pg[2] = {(size_t)nblk * KB, (size_t)nb};
-    CHECK_ST(clattn__set_args(ctx, kk, "flash_pack_k", ARG(K->buf), ARG(k_off), ARG(a->nk),
-                              ARG(a->d), ARG(nblk), ARG(buf), ARGS_END));
+    CHECK_ST(clattn__set_args(ctx, kk, "flash_pack_k", ARG(K->buf), ARG(K->l), ARG(m->D1),
+                              ARG(a->nk), ARG(a->d), ARG(nblk), ARG(buf), ARGS_END));
     CHECK_ST(clattn__launch(ctx, kk, 2, pg, NULL, "flash_pack_k"));
-    CHECK_ST(clattn__set_args(ctx, kv, "flash_pack_v", ARG(V->buf), ARG(v_off), ARG(a->nk),
-                              ARG(a->dv), ARG(nblk), ARG(buf), ARG(vp_off), ARGS_END));
-    CHECK_ST(clattn__launch(ctx, kv, 2, pg, NULL, "flash_pack_v"));
-    CHECK_ST(clattn__set_args(ctx, kf, "flash_cpu", ARG(Q->buf), ARG(q_off), ARG(buf), ARG(buf),
-                              ARG(vp_off), ARG(out->buf), ARG(o_off), ARG(a->nq), ARG(a->nk),
-                              ARG(a->d), ARG(a->dv), ARG(nblk), ARG(a->scale), ARGS_END));
+    clattn_flash_operand vrows = *V;
+    if (v_packed) {
+        int vp_off = (int)nkt;
+        CHECK_ST(clattn__set_args(ctx, kv, "flash_pack_v", ARG(V->buf), ARG(V->l), ARG(m->D1),
+                                  ARG(a->nk), ARG(a->dv), ARG(nblk), ARG(buf), ARG(vp_off),
+                                  ARGS_END));
+        CHECK_ST(clattn__launch(ctx, kv, 2, pg, NULL, "flash_pack_v"));
+        vrows.buf = buf;
+        vrows.l.s[0] = vp_off;
+        vrows.l.s[2] = nblk * KB * dvp;
+        vrows.l.s[1] = m->D1 * vrows.l.s[2];
+        vrows.l.s[3] = dvp;
+    }
+    CHECK_ST(clattn__set_args(ctx, kf, "flash_cpu", ARG(Q->buf), ARG(Q->l), ARG(buf),
+                              ARG(vrows.buf), ARG(vrows.l), ARG(out->buf), ARG(out->l),
+                              ARG(a->nq), ARG(a->nk), ARG(a->d), ARG(a->dv), ARG(nblk),
+                              ARG(a->scale), ARGS_END));
     CHECK_ST(set_tail(ctx, kf, 13, m, a));
     /* WG items (QG x QR rows each) of one batch per work-group: PoCL runs them one after another
      * on one core, so the batch's K and V panels stay in its L2. An explicit local size also keeps
@@ -115,18 +136,16 @@ fail:
 }
 
 static clattn_status enqueue_gpu(clattn_context *ctx, const clattn_tuning *tune,
-                                 const clattn_tensor *Q, const clattn_tensor *K,
-                                 const clattn_tensor *V, const clattn_mask_args *m,
-                                 const flash_args *a, const clattn_tensor *out)
+                                 const clattn_flash_operand *Q, const clattn_flash_operand *K,
+                                 const clattn_flash_operand *V, const clattn_mask_args *m,
+                                 const flash_args *a, const clattn_flash_operand *out)
 {
     clattn_status st = CLATTN_SUCCESS;
     cl_kernel kf;
     char defines[600];
     int BQ = clattn__tune_int(tune, "BQ", 64), BK = clattn__tune_int(tune, "BK", 16);
-    int nb = (int)clattn__batch_count(Q, 2);
+    int nb = m->D0 * m->D1;
     int dp = (int)clattn__round_up((size_t)a->d, 4), dvp = (int)clattn__round_up((size_t)a->dv, 16);
-    int q_off = (int)Q->offset, k_off = (int)K->offset, v_off = (int)V->offset;
-    int o_off = (int)out->offset;
     size_t local = (size_t)BK * ((size_t)dp + 1 + (size_t)dvp) * 4 + 4;
     CHECK(ctx, local <= ctx->local_mem && (size_t)BQ <= ctx->max_wg, CLATTN_ERROR_UNSUPPORTED,
           "attention=gpu: BQ=%d, BK=%d with d=%d, dv=%d needs %zu bytes of local memory (device "
@@ -134,8 +153,8 @@ static clattn_status enqueue_gpu(clattn_context *ctx, const clattn_tuning *tune,
           ctx->max_wg);
     snprintf(defines, sizeof defines, "%s-D DP=%d -D DVP=%d", tune->defines, dp, dvp);
     CHECK_ST(clattn__get_kernel(ctx, "flash.cl", defines, "flash_gpu", &kf));
-    CHECK_ST(clattn__set_args(ctx, kf, "flash_gpu", ARG(Q->buf), ARG(q_off), ARG(K->buf),
-                              ARG(k_off), ARG(V->buf), ARG(v_off), ARG(out->buf), ARG(o_off),
+    CHECK_ST(clattn__set_args(ctx, kf, "flash_gpu", ARG(Q->buf), ARG(Q->l), ARG(K->buf),
+                              ARG(K->l), ARG(V->buf), ARG(V->l), ARG(out->buf), ARG(out->l),
                               ARG(a->nq), ARG(a->nk), ARG(a->d), ARG(a->dv), ARG(a->scale),
                               ARGS_END));
     CHECK_ST(set_tail(ctx, kf, 13, m, a));
@@ -147,12 +166,12 @@ fail:
 }
 
 clattn_status clattn__enqueue_flash(clattn_context *ctx, const clattn_tuning *tune,
-                                    const clattn_tensor *Q, const clattn_tensor *K,
-                                    const clattn_tensor *V, const clattn_mask_args *m,
-                                    const clattn_dropout_params *dropout, float scale,
-                                    const clattn_tensor *out)
+                                    const clattn_flash_operand *Q, const clattn_flash_operand *K,
+                                    const clattn_flash_operand *V, const clattn_flash_operand *out,
+                                    int d, int dv, const clattn_mask_args *m,
+                                    const clattn_dropout_params *dropout, float scale)
 {
-    flash_args a = make_args(Q, K, V, scale, dropout);
+    flash_args a = make_args(m, d, dv, scale, dropout);
     if (strcmp(tune->variant, "gpu") == 0)
         return enqueue_gpu(ctx, tune, Q, K, V, m, &a, out);
     return enqueue_cpu(ctx, tune, Q, K, V, m, &a, out);

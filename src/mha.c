@@ -61,25 +61,73 @@ fail:
     return st;
 }
 
-/* Scratch layout, in elements: projections (B, T, hid), heads (B, H, T, dh), the concatenated
- * output reuses the projected queries' space once they have been split into heads. */
+/* Scratch layout, in elements: projections (B, T, hid); for the unfused path also the heads
+ * (B, H, T, dh), whose concatenated output reuses the projected queries' space once they have been
+ * split. The fused path reads the projections in place and writes the concatenation after them. */
 typedef struct {
     size_t qp, kp, vp, qh, kh, vh, oh, total;
 } mha_layout;
 
-static mha_layout layout(size_t B, size_t nq, size_t nk, size_t hid)
+static mha_layout layout(size_t B, size_t nq, size_t nk, size_t hid, int fused)
 {
     mha_layout l;
     size_t q = B * nq * hid, k = B * nk * hid;
     l.qp = 0;
     l.kp = l.qp + q;
     l.vp = l.kp + k;
-    l.qh = l.vp + k;
+    l.qh = l.vp + k; /* fused: the concatenated heads */
     l.kh = l.qh + q;
     l.vh = l.kh + k;
     l.oh = l.vh + k;
-    l.total = l.oh + q;
+    l.total = fused ? l.kh : l.oh + q;
     return l;
+}
+
+/* Head h of a (B, T, hid) projection at element off, as the fused kernel's (B, H) x (T, dh). */
+static clattn_flash_operand head_view(cl_mem buf, size_t off, size_t T, size_t hid, size_t dh)
+{
+    clattn_flash_operand o = {buf, {{0}}};
+    o.l.s[0] = (cl_int)off;
+    o.l.s[1] = (cl_int)(T * hid);
+    o.l.s[2] = (cl_int)dh;
+    o.l.s[3] = (cl_int)hid;
+    return o;
+}
+
+/* The heads as views into the projections: no transposes, no copies. */
+static clattn_status heads_fused(clattn_context *ctx, const clattn_tuning *att, cl_mem buf,
+                                 const mha_layout *l, size_t nq, size_t nk, size_t hid, size_t dh,
+                                 const clattn_mask_args *m, const clattn_dropout_params *drop)
+{
+    clattn_flash_operand q = head_view(buf, l->qp, nq, hid, dh);
+    clattn_flash_operand k = head_view(buf, l->kp, nk, hid, dh);
+    clattn_flash_operand v = head_view(buf, l->vp, nk, hid, dh);
+    clattn_flash_operand o = head_view(buf, l->qh, nq, hid, dh);
+    return clattn__enqueue_flash(ctx, att, &q, &k, &v, &o, (int)dh, (int)dh, m, drop,
+                                 (float)(1.0 / sqrt((double)dh)));
+}
+
+/* d2l's transpose_qkv, attention and transpose_output through scratch; the concatenation lands
+ * in the projected queries' space. */
+static clattn_status heads_unfused(clattn_context *ctx, cl_mem buf, const mha_layout *l, size_t B,
+                                   size_t H, size_t nq, size_t nk, size_t dh,
+                                   const clattn_mask_args *m, const clattn_dropout_params *drop,
+                                   const clattn_tensor *weights)
+{
+    clattn_status st = CLATTN_SUCCESS;
+    clattn_tensor qh = clattn_view(buf, CLATTN_FLOAT32, l->qh, 4, (size_t[]){B, H, nq, dh});
+    clattn_tensor kh = clattn_view(buf, CLATTN_FLOAT32, l->kh, 4, (size_t[]){B, H, nk, dh});
+    clattn_tensor vh = clattn_view(buf, CLATTN_FLOAT32, l->vh, 4, (size_t[]){B, H, nk, dh});
+    clattn_tensor oh = clattn_view(buf, CLATTN_FLOAT32, l->oh, 4, (size_t[]){B, H, nq, dh});
+    int b = (int)B, h = (int)H, d = (int)dh;
+    CHECK_ST(clattn__enqueue_heads(ctx, buf, l->qp, buf, l->qh, b, (int)nq, h, d, 1));
+    CHECK_ST(clattn__enqueue_heads(ctx, buf, l->kp, buf, l->kh, b, (int)nk, h, d, 1));
+    CHECK_ST(clattn__enqueue_heads(ctx, buf, l->vp, buf, l->vh, b, (int)nk, h, d, 1));
+    CHECK_ST(clattn__attention_core(ctx, &qh, &kh, &vh, m, drop, (float)(1.0 / sqrt((double)dh)),
+                                    &oh, weights));
+    CHECK_ST(clattn__enqueue_heads(ctx, buf, l->oh, buf, l->qp, b, (int)nq, h, d, 0));
+fail:
+    return st;
 }
 
 clattn_status clattn_multihead_attention(clattn_context *ctx, const clattn_tensor *queries,
@@ -90,6 +138,7 @@ clattn_status clattn_multihead_attention(clattn_context *ctx, const clattn_tenso
 {
     clattn_status st = CLATTN_SUCCESS;
     clattn_mask_args m = {0};
+    clattn_tuning att;
     cl_mem buf;
     size_t hid;
     CHECK(NULL, ctx, CLATTN_ERROR_INVALID_ARGUMENT, "ctx: NULL context");
@@ -99,26 +148,22 @@ clattn_status clattn_multihead_attention(clattn_context *ctx, const clattn_tenso
     size_t sdims[4] = {B, H, nq, nk};
     const clattn_dropout_params *drop;
     CHECK_ST(clattn__resolve_opts(ctx, opts, 4, sdims, &m, &drop));
-    mha_layout l = layout(B, nq, nk, hid);
+    CHECK_ST(clattn__tune(ctx, "attention", &att));
+    int fused = !weights && clattn__flash_supports(&att, dh, dh);
+    mha_layout l = layout(B, nq, nk, hid, fused);
     CHECK_ST(clattn__scratch(ctx, CLATTN_SCRATCH_MODULE, l.total * 4, &buf));
     clattn_tensor qp = clattn_view(buf, CLATTN_FLOAT32, l.qp, 3, (size_t[]){B, nq, hid});
     clattn_tensor kp = clattn_view(buf, CLATTN_FLOAT32, l.kp, 3, (size_t[]){B, nk, hid});
     clattn_tensor vp = clattn_view(buf, CLATTN_FLOAT32, l.vp, 3, (size_t[]){B, nk, hid});
-    clattn_tensor qh = clattn_view(buf, CLATTN_FLOAT32, l.qh, 4, (size_t[]){B, H, nq, dh});
-    clattn_tensor kh = clattn_view(buf, CLATTN_FLOAT32, l.kh, 4, (size_t[]){B, H, nk, dh});
-    clattn_tensor vh = clattn_view(buf, CLATTN_FLOAT32, l.vh, 4, (size_t[]){B, H, nk, dh});
-    clattn_tensor oh = clattn_view(buf, CLATTN_FLOAT32, l.oh, 4, (size_t[]){B, H, nq, dh});
-    clattn_tensor concat = qp; /* free once qh is written (in-order queue) */
     CHECK_ST(clattn__enqueue_matmul(ctx, queries, 0, w->W_q, 1, 1.0f, 0.0f, w->b_q, &qp));
     CHECK_ST(clattn__enqueue_matmul(ctx, keys, 0, w->W_k, 1, 1.0f, 0.0f, w->b_k, &kp));
     CHECK_ST(clattn__enqueue_matmul(ctx, values, 0, w->W_v, 1, 1.0f, 0.0f, w->b_v, &vp));
-    int b = (int)B, h = (int)H, d = (int)dh;
-    CHECK_ST(clattn__enqueue_heads(ctx, buf, l.qp, buf, l.qh, b, (int)nq, h, d, 1));
-    CHECK_ST(clattn__enqueue_heads(ctx, buf, l.kp, buf, l.kh, b, (int)nk, h, d, 1));
-    CHECK_ST(clattn__enqueue_heads(ctx, buf, l.vp, buf, l.vh, b, (int)nk, h, d, 1));
-    CHECK_ST(clattn__attention_core(ctx, &qh, &kh, &vh, &m, drop, (float)(1.0 / sqrt((double)dh)),
-                                    &oh, weights));
-    CHECK_ST(clattn__enqueue_heads(ctx, buf, l.oh, buf, l.qp, b, (int)nq, h, d, 0));
+    if (fused)
+        CHECK_ST(heads_fused(ctx, &att, buf, &l, nq, nk, hid, dh, &m, drop));
+    else
+        CHECK_ST(heads_unfused(ctx, buf, &l, B, H, nq, nk, dh, &m, drop, weights));
+    clattn_tensor concat = clattn_view(buf, CLATTN_FLOAT32, fused ? l.qh : l.qp, 3,
+                                       (size_t[]){B, nq, hid});
     CHECK_ST(clattn__enqueue_matmul(ctx, &concat, 0, w->W_o, 1, 1.0f, 0.0f, w->b_o, out));
 fail:
     clattn__mask_release(&m);

@@ -21,6 +21,7 @@ typedef struct {
     int no_weights;
     float p;
     unsigned long long seed;
+    float scale; /* opts.scale; 0 means the default 1/sqrt(d) */
 } att_case;
 
 static size_t batch_of(const att_case *c)
@@ -85,16 +86,20 @@ static void run_mode(const att_case *c)
     opts.dropout.p = c->p;
     opts.dropout.training = c->p > 0;
     opts.dropout.seed = c->seed;
+    opts.scale = c->scale;
     if (clattn_dot_product_attention(h_ctx, &tq, &tk, &tv, &opts, &to,
                                      c->no_weights ? NULL : &tw) != CLATTN_SUCCESS)
         fail_msg("dot_product_attention: %s", clattn_last_error(h_ctx));
     double *qd = ref_to_double(q, qn), *kd = ref_to_double(k, kn), *vd = ref_to_double(v, vn);
     double *rw = malloc(wn * 8), *ro = malloc(on * 8);
     ref_dropout_params dp = {c->p, c->seed, 0};
-    ref_attention(&hm.r, c->d, c->dv, qd, kd, vd, 1.0 / sqrt((double)c->d), &dp, rw, ro);
+    double scale = c->scale != 0.0f ? (double)c->scale : 1.0 / sqrt((double)c->d);
+    ref_attention(&hm.r, c->d, c->dv, qd, kd, vd, scale, &dp, rw, ro);
     char what[200];
-    snprintf(what, sizeof what, "attention batch %zu Q=%d K=%d d=%d dv=%d lens %d mask %d causal %d p=%g",
-             nb, c->nq, c->nk, c->d, c->dv, c->mask.lens, c->mask.mask_rank, c->mask.causal, c->p);
+    snprintf(what, sizeof what,
+             "attention batch %zu Q=%d K=%d d=%d dv=%d lens %d mask %d causal %d p=%g scale %g", nb,
+             c->nq, c->nk, c->d, c->dv, c->mask.lens, c->mask.mask_rank, c->mask.causal, c->p,
+             scale);
     float *go = h_read(&to);
     double *wd = rw;
     if (c->p > 0) { /* the output uses the dropped weights */
@@ -142,7 +147,9 @@ static void test_shapes(void **s)
     (void)s;
     CASES({1, {2}, 1, 1, 1, 1}, {1, {3}, 97, 131, 59, 23}, {1, {2}, 131, 97, 111, 7},
           {0, {0}, 13, 17, 8, 9}, {2, {2, 3}, 11, 13, 16, 5}, {1, {1}, 1, 97, 1, 111},
-          {1, {2}, 33, 31, 64, 64, .no_weights = 1});
+          {1, {2}, 33, 31, 64, 64, .no_weights = 1},
+          /* dv a multiple of 16 and K of the key block: the fused kernel reads V in place */
+          {1, {3}, 37, 128, 24, 32}, {2, {2, 2}, 5, 64, 7, 16, .no_weights = 1});
 }
 
 static void test_valid_lens(void **s)
@@ -164,13 +171,25 @@ static void test_masks_and_causal(void **s)
           {1, {3}, 10, 10, 4, 4, {H_LENS_1D, .causal = 1}},
           {1, {2}, 6, 19, 5, 7, {.mask_rank = 2, .mask_dims = {6, 19}}},
           {2, {2, 3}, 6, 19, 5, 7, {.mask_rank = 4, .mask_dims = {2, 1, 1, 19}}},
-          {1, {2}, 6, 19, 5, 7, {.mask_rank = 3, .mask_dims = {2, 6, 19}, .fill = -1e9f}});
+          {1, {2}, 6, 19, 5, 7, {.mask_rank = 3, .mask_dims = {2, 6, 19}, .fill = -1e9f}},
+          {1, {2}, 70, 192, 16, 48, {H_LENS_1D, .causal = 1}},
+          {2, {2, 3}, 9, 128, 8, 16, {.mask_rank = 4, .mask_dims = {2, 3, 9, 128}}});
 }
 
 static void test_large_logits(void **s)
 {
     (void)s;
     CASES({1, {2}, 8, 40, 32, 8, .qscale = 300}, {1, {2}, 8, 40, 32, 8, {H_LENS_2D, .causal = 1}, .qscale = 300});
+}
+
+/* An explicit scale, also negative (which turns the fused kernel's row maxima into minima), with
+ * open and partly blocked key blocks. */
+static void test_explicit_scale(void **s)
+{
+    (void)s;
+    CASES({1, {2}, 21, 150, 16, 16, .scale = 0.7f}, {1, {2}, 21, 150, 16, 16, .scale = -0.3f},
+          {1, {3}, 9, 131, 12, 5, {H_LENS_2D, .causal = 1}, .scale = -2.0f},
+          {1, {2}, 8, 200, 32, 8, .qscale = 100, .scale = -1.0f});
 }
 
 /* d2l 11.3: keys all ones, so every valid key scores the same: uniform weights over the valid
@@ -263,7 +282,7 @@ int main(void)
         cmocka_unit_test(test_shapes),          cmocka_unit_test(test_valid_lens),
         cmocka_unit_test(test_masks_and_causal), cmocka_unit_test(test_large_logits),
         cmocka_unit_test(test_toy_identical_keys), cmocka_unit_test(test_dropout),
-        cmocka_unit_test(test_dropout_reproducible),
+        cmocka_unit_test(test_dropout_reproducible), cmocka_unit_test(test_explicit_scale),
     };
     return cmocka_run_group_tests(tests, h_setup, h_teardown);
 }

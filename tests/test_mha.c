@@ -172,7 +172,9 @@ static void test_heads_and_sizes(void **s)
     (void)s;
     CASES({1, 1, 1, 1, 1, 1, 1, 1, 1}, {2, 7, 11, 5, 9, 13, 16, 1, 16},
           {2, 9, 13, 12, 7, 5, 64, 8, 24, 1}, {3, 5, 97, 3, 4, 6, 8, 8, 5, 1},
-          {2, 31, 17, 16, 16, 16, 32, 4, 32, 1, .no_weights = 1});
+          {2, 31, 17, 16, 16, 16, 32, 4, 32, 1, .no_weights = 1},
+          /* whole key blocks and 16-multiple head sizes: the fused kernel's unpadded paths */
+          {2, 70, 128, 32, 24, 40, 64, 2, 48, 1, {H_LENS_1D}}, {1, 65, 64, 16, 16, 16, 128, 2, 128, 1});
 }
 
 static void test_masks(void **s)
