@@ -1,6 +1,7 @@
 /* clattn_multihead_attention: d2l's MultiHeadAttention as one chain of enqueued kernels. */
 #include "attention.h"
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 
 /* W (rows, x's last dim) and its optional bias (rows); *rows == 0 takes W's rows. */
@@ -151,6 +152,9 @@ clattn_status clattn_multihead_attention(clattn_context *ctx, const clattn_tenso
     CHECK_ST(clattn__tune(ctx, "attention", &att));
     int fused = !weights && clattn__flash_supports(&att, dh, dh);
     mha_layout l = layout(B, nq, nk, hid, fused);
+    CHECK(ctx, l.total <= (size_t)INT32_MAX, CLATTN_ERROR_UNSUPPORTED,
+          "multihead_attention: %zu elements of projections and heads exceed 32-bit indexing",
+          l.total);
     CHECK_ST(clattn__scratch(ctx, CLATTN_SCRATCH_MODULE, l.total * 4, &buf));
     clattn_tensor qp = clattn_view(buf, CLATTN_FLOAT32, l.qp, 3, (size_t[]){B, nq, hid});
     clattn_tensor kp = clattn_view(buf, CLATTN_FLOAT32, l.kp, 3, (size_t[]){B, nk, hid});
