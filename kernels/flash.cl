@@ -344,10 +344,15 @@ __kernel void flash_cpu(__global const float *Q, int4 ql, __global const float *
             __global float *o = O + flash_at(ol, D1, bb, grow[gi][r]);
             #pragma unroll
             for (int c = 0; c < NVD; c++) {
-                float t[16];
-                vstore16(gacc[gi][r][c] * (float16)(inv), 0, t);
-                for (int i = 0; i < 16 && 16 * c + i < dv; i++)
-                    o[16 * c + i] = t[i];
+                float16 x = gacc[gi][r][c] * (float16)(inv);
+                if (16 * c + 16 <= dv) {
+                    vstore16(x, 0, o + 16 * c);
+                } else { /* the padding columns past dv stay unwritten */
+                    float t[16];
+                    vstore16(x, 0, t);
+                    for (int i = 0; 16 * c + i < dv; i++)
+                        o[16 * c + i] = t[i];
+                }
             }
         }
     }
