@@ -24,6 +24,8 @@ typedef struct {
     cl_mem buf;
     cl_int4 l;
 } clattn_flash_operand;
+clattn_flash_operand clattn__flash_strided(cl_mem buf, size_t off, size_t s0, size_t s1,
+                                           size_t rs);
 /* A contiguous (..., rows, cols) tensor whose batches split as (D0, D1). */
 clattn_flash_operand clattn__flash_operand(const clattn_tensor *t, int D1);
 /* out = attention of Q (nq, d), K (nk, d), V (nk, dv) per batch; nq, nk and the batches are m's. */

@@ -61,15 +61,21 @@ fail:
     return st;
 }
 
+clattn_flash_operand clattn__flash_strided(cl_mem buf, size_t off, size_t s0, size_t s1,
+                                           size_t rs)
+{
+    clattn_flash_operand o = {buf, {{0}}};
+    o.l.s[0] = (cl_int)off;
+    o.l.s[1] = (cl_int)s0;
+    o.l.s[2] = (cl_int)s1;
+    o.l.s[3] = (cl_int)rs;
+    return o;
+}
+
 clattn_flash_operand clattn__flash_operand(const clattn_tensor *t, int D1)
 {
     size_t rows = t->dims[t->ndim - 2], cols = t->dims[t->ndim - 1];
-    clattn_flash_operand o = {t->buf, {{0}}};
-    o.l.s[0] = (cl_int)t->offset;
-    o.l.s[1] = (cl_int)((size_t)D1 * rows * cols);
-    o.l.s[2] = (cl_int)(rows * cols);
-    o.l.s[3] = (cl_int)cols;
-    return o;
+    return clattn__flash_strided(t->buf, t->offset, (size_t)D1 * rows * cols, rows * cols, cols);
 }
 
 static clattn_status enqueue_cpu(clattn_context *ctx, const clattn_tuning *tune,
@@ -112,11 +118,8 @@ static clattn_status enqueue_cpu(clattn_context *ctx, const clattn_tuning *tune,
                                   ARG(a->nk), ARG(a->dv), ARG(nblk), ARG(buf), ARG(vp_off),
                                   ARGS_END));
         CHECK_ST(clattn__launch(ctx, kv, 2, pg, NULL, "flash_pack_v"));
-        vrows.buf = buf;
-        vrows.l.s[0] = vp_off;
-        vrows.l.s[2] = nblk * KB * dvp;
-        vrows.l.s[1] = m->D1 * vrows.l.s[2];
-        vrows.l.s[3] = dvp;
+        size_t per_batch = (size_t)nblk * KB * dvp;
+        vrows = clattn__flash_strided(buf, nkt, (size_t)m->D1 * per_batch, per_batch, dvp);
     }
     CHECK_ST(clattn__set_args(ctx, kf, "flash_cpu", ARG(Q->buf), ARG(Q->l), ARG(buf),
                               ARG(vrows.buf), ARG(vrows.l), ARG(out->buf), ARG(out->l),

@@ -84,28 +84,18 @@ static mha_layout layout(size_t B, size_t nq, size_t nk, size_t hid, int fused)
     return l;
 }
 
-/* Head h of a (B, T, hid) projection at element off, as the fused kernel's (B, H) x (T, dh). */
-static clattn_flash_operand head_view(cl_mem buf, size_t off, size_t T, size_t hid, size_t dh)
-{
-    clattn_flash_operand o = {buf, {{0}}};
-    o.l.s[0] = (cl_int)off;
-    o.l.s[1] = (cl_int)(T * hid);
-    o.l.s[2] = (cl_int)dh;
-    o.l.s[3] = (cl_int)hid;
-    return o;
-}
-
-/* The heads as views into the projections: no transposes, no copies. */
+/* The heads as views into the projections, no transposes, no copies: head h of a (B, T, hid)
+ * projection is the fused kernel's batch (b, h) of (T, dh) rows hid apart. */
 static clattn_status heads_fused(clattn_context *ctx, const clattn_tuning *att, cl_mem buf,
                                  const mha_layout *l, size_t nq, size_t nk, size_t hid, size_t dh,
-                                 const clattn_mask_args *m, const clattn_dropout_params *drop)
+                                 const clattn_mask_args *m, const clattn_dropout_params *drop,
+                                 float scale)
 {
-    clattn_flash_operand q = head_view(buf, l->qp, nq, hid, dh);
-    clattn_flash_operand k = head_view(buf, l->kp, nk, hid, dh);
-    clattn_flash_operand v = head_view(buf, l->vp, nk, hid, dh);
-    clattn_flash_operand o = head_view(buf, l->qh, nq, hid, dh);
-    return clattn__enqueue_flash(ctx, att, &q, &k, &v, &o, (int)dh, (int)dh, m, drop,
-                                 (float)(1.0 / sqrt((double)dh)));
+    clattn_flash_operand q = clattn__flash_strided(buf, l->qp, nq * hid, dh, hid);
+    clattn_flash_operand k = clattn__flash_strided(buf, l->kp, nk * hid, dh, hid);
+    clattn_flash_operand v = clattn__flash_strided(buf, l->vp, nk * hid, dh, hid);
+    clattn_flash_operand o = clattn__flash_strided(buf, l->qh, nq * hid, dh, hid);
+    return clattn__enqueue_flash(ctx, att, &q, &k, &v, &o, (int)dh, (int)dh, m, drop, scale);
 }
 
 /* d2l's transpose_qkv, attention and transpose_output through scratch; the concatenation lands
@@ -113,7 +103,7 @@ static clattn_status heads_fused(clattn_context *ctx, const clattn_tuning *att, 
 static clattn_status heads_unfused(clattn_context *ctx, cl_mem buf, const mha_layout *l, size_t B,
                                    size_t H, size_t nq, size_t nk, size_t dh,
                                    const clattn_mask_args *m, const clattn_dropout_params *drop,
-                                   const clattn_tensor *weights)
+                                   float scale, const clattn_tensor *weights)
 {
     clattn_status st = CLATTN_SUCCESS;
     clattn_tensor qh = clattn_view(buf, CLATTN_FLOAT32, l->qh, 4, (size_t[]){B, H, nq, dh});
@@ -124,8 +114,7 @@ static clattn_status heads_unfused(clattn_context *ctx, cl_mem buf, const mha_la
     CHECK_ST(clattn__enqueue_heads(ctx, buf, l->qp, buf, l->qh, b, (int)nq, h, d, 1));
     CHECK_ST(clattn__enqueue_heads(ctx, buf, l->kp, buf, l->kh, b, (int)nk, h, d, 1));
     CHECK_ST(clattn__enqueue_heads(ctx, buf, l->vp, buf, l->vh, b, (int)nk, h, d, 1));
-    CHECK_ST(clattn__attention_core(ctx, &qh, &kh, &vh, m, drop, (float)(1.0 / sqrt((double)dh)),
-                                    &oh, weights));
+    CHECK_ST(clattn__attention_core(ctx, &qh, &kh, &vh, m, drop, scale, &oh, weights));
     CHECK_ST(clattn__enqueue_heads(ctx, buf, l->oh, buf, l->qp, b, (int)nq, h, d, 0));
 fail:
     return st;
@@ -146,6 +135,7 @@ clattn_status clattn_multihead_attention(clattn_context *ctx, const clattn_tenso
     CHECK_ST(check_mha(ctx, queries, keys, values, w, out, weights, &hid));
     size_t B = queries->dims[0], nq = queries->dims[1], nk = keys->dims[1];
     size_t H = (size_t)w->num_heads, dh = hid / H;
+    float scale = (float)(1.0 / sqrt((double)dh));
     size_t sdims[4] = {B, H, nq, nk};
     const clattn_dropout_params *drop;
     CHECK_ST(clattn__resolve_opts(ctx, opts, 4, sdims, &m, &drop));
@@ -163,9 +153,9 @@ clattn_status clattn_multihead_attention(clattn_context *ctx, const clattn_tenso
     CHECK_ST(clattn__enqueue_matmul(ctx, keys, 0, w->W_k, 1, 1.0f, 0.0f, w->b_k, &kp));
     CHECK_ST(clattn__enqueue_matmul(ctx, values, 0, w->W_v, 1, 1.0f, 0.0f, w->b_v, &vp));
     if (fused)
-        CHECK_ST(heads_fused(ctx, &att, buf, &l, nq, nk, hid, dh, &m, drop));
+        CHECK_ST(heads_fused(ctx, &att, buf, &l, nq, nk, hid, dh, &m, drop, scale));
     else
-        CHECK_ST(heads_unfused(ctx, buf, &l, B, H, nq, nk, dh, &m, drop, weights));
+        CHECK_ST(heads_unfused(ctx, buf, &l, B, H, nq, nk, dh, &m, drop, scale, weights));
     clattn_tensor concat = clattn_view(buf, CLATTN_FLOAT32, fused ? l.qh : l.qp, 3,
                                        (size_t[]){B, nq, hid});
     CHECK_ST(clattn__enqueue_matmul(ctx, &concat, 0, w->W_o, 1, 1.0f, 0.0f, w->b_o, out));
