@@ -5,11 +5,22 @@
  * rows; batch bb is (d0, d1) = (bb / D1, bb % D1) for the mask (see common.cl) and for the operands:
  * each operand's int4 layout l = (offset, s0, s1, row stride) puts row `row` of batch bb at element
  * l.x + d0 * l.y + d1 * l.z + row * l.w, so contiguous tensors and multi-head attention's
- * projections (B, T, H * dh), read in place per head, take the same kernels. Blocked keys score
- * `fill`, exactly as the unfused path, so a row with every key blocked averages all values. A key
- * block past every row's length/causal limit is skipped once each row's running max exceeds
- * fill + 120: from then on exp(fill - max) is 0 in float32 (and exp2_neg16 returns exactly 0 once
- * max - fill exceeds 88), so skipping changes nothing.
+ * projections (B, T, H * dh), read in place per head, take the same kernels.
+ *
+ * Numerics, the same in both variants and the same as the unfused path:
+ * - Each score is rounded exactly as the unfused path's scale * (Q K^T), then blocked keys get
+ *   `fill` (masked_fill), then max-subtracted: x = t - m <= 0 exactly, so no exponent is ever
+ *   positive, whatever the magnitudes (an intermediate in log2 units could overflow for scales or
+ *   fills near FLT_MAX).
+ * - A running maximum still at -inf (every key so far blocked with fill = -inf) is replaced by 0
+ *   when subtracted, so exp(-inf - -inf) never makes NaN; a row whose every key is blocked with
+ *   -inf ends as 0/0 = NaN, as PyTorch's softmax gives; a finite fill gives uniform weights.
+ * - A key block past every row's length/causal limit is skipped once each row's running max
+ *   exceeds fill + 120: from then on exp(fill - max) is exactly 0 in float32. Outputs stay those
+ *   of IEEE arithmetic, weights @ V, as in PyTorch: the skipped keys' zero weights times their
+ *   value rows are added as one precomputed vector per block suffix (vt, see flash_vtail), 0 for
+ *   finite values and NaN where a column holds a NaN or an infinity.
+ * - NaN scores (NaN in Q or in an open key's K) make their row NaN, as in PyTorch.
  * Dropout element (bb, q, k) uses stream index (bb * nq + q) * nk + k, as the unfused weights.
  *
  * Variants:
@@ -25,7 +36,8 @@
  *   compiles mad() to a separate multiply and add. Probabilities use exp2_neg16 below.
  * - GPU shape (flash_gpu): a work-group of BQ items owns BQ query rows; K and V tiles of BK keys are
  *   staged in local memory by the whole group (coalesced), each item keeps its row of q and of the
- *   output in private memory. */
+ *   output in private memory. vt: flash_vtail's sums with G = BK, or NULL when no row can skip
+ *   keys. */
 #include "common.cl"
 
 #ifndef QR
@@ -92,6 +104,30 @@ __kernel void flash_pack_v(__global const float *V, int4 vl, int D1, int nk, int
         dst[c] = (k < nk && c < dv) ? src[c] : 0.0f;
 }
 
+/* vt[bb][blk][c] = sum over keys k >= blk * G of 0 * V[bb][k][c] (IEEE: 0 for finite values, NaN
+ * once a column holds a NaN or an infinity), for c < DVP (0 past dv). A row that skips the keys
+ * from blk * G on adds vt[bb][blk] to its outputs, as weights @ V would with their zero weights.
+ * One work-item per 16 columns of one batch, walking the keys backwards. */
+__kernel void flash_vtail(__global const float *V, int4 vl, int D1, int nk, int dv, int G,
+                          int nblk, __global float *vt, int vt_off)
+{
+    int c0 = 16 * get_global_id(0), bb = get_global_id(1);
+    float16 acc = (float16)(0.0f);
+    for (int k = nk - 1; k >= 0; k--) {
+        __global const float *src = V + flash_at(vl, D1, bb, k) + c0;
+        if (c0 + 16 <= dv) {
+            acc += (float16)(0.0f) * vload16(0, src);
+        } else {
+            float t[16];
+            for (int i = 0; i < 16; i++)
+                t[i] = c0 + i < dv ? 0.0f * src[i] : 0.0f;
+            acc += vload16(0, t);
+        }
+        if (k % G == 0)
+            vstore16(acc, 0, vt + vt_off + ((size_t)bb * nblk + k / G) * DVP + c0);
+    }
+}
+
 /* Scores of one row for 16 keys from kidx: masked (fill) or padding (-inf). */
 static inline float16 mask16(float16 s, int kidx, int nk, int limit, __global const int *mrow, int msk,
                       float fill)
@@ -147,8 +183,8 @@ static inline float16 drop16(float16 p, ulong e, uint2 seed, uint2 offset, uint 
     return vload16(0, t);
 }
 
-/* 2^x for the scores minus their running max, in log2 units (x <= 0 but for rounding; -inf for
- * padding keys): x = n + r with n = round(x) taken from the low bits of x + magic, and a degree-6
+/* 2^x for x <= 0 (the scores minus their running max, in log2 units; -inf for padding keys):
+ * x = n + r with n = round(x) taken from the low bits of x + magic, and a degree-6
  * minimax polynomial for 2^r on [-1/2, 1/2] (about 1.3 ulp), times 2^n built in the exponent bits.
  * x is clamped at -127 first, where 2^n's exponent field becomes 0: results below 2^-126.5 (under
  * 1.3e-38, far below one ulp of the row sum, which is >= 1) are exactly 0, so exp(fill - max) is 0
@@ -174,27 +210,27 @@ static inline float16 exp2_neg16(float16 x)
 #define CORR_EXP(t) vstore16(exp2_neg16(vload16(0, t)), 0, t)
 
 /* kt: packed K; V rows (zero-padded to DVP columns and to nblk * KB keys) with layout vl, packed
- * by flash_pack_v or, when they need no padding, the caller's V itself. */
+ * by flash_pack_v or, when they need no padding, the caller's V itself; vt: flash_vtail's sums
+ * with G = KB, or NULL when no row can skip keys (no lengths, not causal). */
 __kernel void flash_cpu(__global const float *Q, int4 ql, __global const float *kt,
-                        __global const float *V, int4 vl, __global float *O, int4 ol, int nq,
-                        int nk, int d, int dv, int nblk, float scale, FLASH_MASK_PARAMS,
-                        FLASH_DROP_PARAMS)
+                        __global const float *V, int4 vl, __global const float *vt,
+                        int vt_off, __global float *O, int4 ol, int nq, int nk, int d, int dv,
+                        int nblk, float scale, FLASH_MASK_PARAMS, FLASH_DROP_PARAMS)
 {
     int item = get_global_id(0), bb = get_global_id(1);
     if (item * QG * QR >= nq)
         return; /* padding of the global size: every row is past nq */
     int d0 = bb / D1, d1 = bb % D1;
-    /* Scores are kept in log2 units, s * scale * log2(e), so each probability is one fma and a
-     * 2^x; the running maxima gm are in those units too. */
-    const float sl2 = scale * M_LOG2E_F, fill2 = fill * M_LOG2E_F;
-    const float negligible = (fill + NEGLIGIBLE) * M_LOG2E_F;
-    /* state of the QG row groups, kept in memory between key blocks */
-    int grow[QG][QR], glimit[QG][QR], gmax[QG], gmin[QG];
+    const float negligible = fill + NEGLIGIBLE;
+    /* state of the QG row groups, kept in memory between key blocks; a group is done once it
+     * skips the rest of the keys */
+    int grow[QG][QR], glimit[QG][QR], gmax[QG], gmin[QG], gdone[QG];
     float gm[QG][QR];
     float16 gl[QG][QR], gacc[QG][QR][NVD];
     for (int gi = 0; gi < QG; gi++) {
         gmax[gi] = 0;
         gmin[gi] = nk;
+        gdone[gi] = 0;
         #pragma unroll
         for (int r = 0; r < QR; r++) {
             int q = min((item * QG + gi) * QR + r, nq - 1); /* rows past nq recompute the last one */
@@ -217,6 +253,8 @@ __kernel void flash_cpu(__global const float *Q, int4 ql, __global const float *
         for (int gi = 0; gi < QG; gi++) {
             if ((item * QG + gi) * QR >= nq)
                 break; /* this and later groups lie past nq */
+            if (gdone[gi])
+                continue;
             float m[QR];
             int all_negligible = 1;
             #pragma unroll
@@ -224,8 +262,18 @@ __kernel void flash_cpu(__global const float *Q, int4 ql, __global const float *
                 m[r] = gm[gi][r];
                 all_negligible &= m[r] > negligible;
             }
-            if (kbase >= gmax[gi] && all_negligible)
-                continue; /* every later key of this group is blocked and contributes exactly 0 */
+            if (kbase >= gmax[gi] && all_negligible) {
+                /* every later key of this group is blocked and weighs exactly 0 */
+                gdone[gi] = 1;
+                #pragma unroll
+                for (int c = 0; c < NVD && vt; c++) {
+                    float16 z = vload16(c, vt + vt_off + (size_t)(bb * nblk + blk) * DVP);
+                    #pragma unroll
+                    for (int r = 0; r < QR; r++)
+                        gacc[gi][r][c] += z;
+                }
+                continue;
+            }
             any = 1;
             __global const float *qr[QR];
             #pragma unroll
@@ -250,19 +298,20 @@ __kernel void flash_cpu(__global const float *Q, int4 ql, __global const float *
                         s[r][j] = fma(qv, kv[j], s[r][j]);
                 }
             }
-            /* A block with blocked or padding keys (or a negative scale, which turns maxima into
-             * minima) is scaled before masking; an open one is scaled inside the fma below. */
-            float cs = sl2;
-            if (mask || kbase + KB > gmin[gi] || !(sl2 >= 0.0f)) {
-                cs = 1.0f;
+            #pragma unroll
+            for (int r = 0; r < QR; r++)
+                #pragma unroll
+                for (int j = 0; j < NKV; j++)
+                    s[r][j] *= (float16)(scale);
+            if (mask || kbase + KB > gmin[gi]) { /* some key of the block is blocked or padding */
                 #pragma unroll
                 for (int r = 0; r < QR; r++) {
                     __global const int *mrow =
                         clattn_mask_row(mask, mask_off, ms, d0, d1, grow[gi][r]);
                     #pragma unroll
                     for (int j = 0; j < NKV; j++)
-                        s[r][j] = mask16(s[r][j] * (float16)(sl2), kbase + 16 * j, nk,
-                                         glimit[gi][r], mrow, ms.w, fill2);
+                        s[r][j] = mask16(s[r][j], kbase + 16 * j, nk, glimit[gi][r], mrow, ms.w,
+                                         fill);
                 }
             }
             float16 pb[QR][NKV], ps[QR]; /* probabilities, read back one key at a time in P V */
@@ -277,14 +326,15 @@ __kernel void flash_cpu(__global const float *Q, int4 ql, __global const float *
                 #pragma unroll
                 for (int j = 1; j < NKV; j++)
                     vm = max16(vm, s[r][j]);
-                float bm = hmax16(vm) * cs, mn = bm > m[r] ? bm : m[r];
+                float bm = hmax16(vm), mn = bm > m[r] ? bm : m[r];
+                float mz = mn == -INFINITY ? 0.0f : mn; /* see the top of the file */
                 grew |= mn != m[r];
-                cd[r] = m[r] - mn;
+                cd[r] = (m[r] - mz) * M_LOG2E_F;
                 gm[gi][r] = mn;
                 ps[r] = (float16)(0.0f);
                 #pragma unroll
                 for (int j = 0; j < NKV; j++) {
-                    pb[r][j] = exp2_neg16(fma(s[r][j], (float16)(cs), (float16)(-mn)));
+                    pb[r][j] = exp2_neg16((s[r][j] - (float16)(mz)) * (float16)(M_LOG2E_F));
                     ps[r] += pb[r][j];
                 }
             }
@@ -361,8 +411,9 @@ __kernel void flash_cpu(__global const float *Q, int4 ql, __global const float *
 /* ---- GPU shape ---- */
 __kernel __attribute__((reqd_work_group_size(BQ, 1, 1)))
 void flash_gpu(__global const float *Q, int4 ql, __global const float *K, int4 kl,
-               __global const float *V, int4 vl, __global float *O, int4 ol, int nq, int nk,
-               int d, int dv, float scale, FLASH_MASK_PARAMS, FLASH_DROP_PARAMS)
+               __global const float *V, int4 vl, __global const float *vt, int vt_off,
+               int nblk, __global float *O, int4 ol, int nq, int nk, int d, int dv, float scale,
+               FLASH_MASK_PARAMS, FLASH_DROP_PARAMS)
 {
     __local float Ks[BK][DP + 1]; /* +1: rows land in different banks */
     __local float Vs[BK][DVP];
@@ -377,7 +428,8 @@ void flash_gpu(__global const float *Q, int4 ql, __global const float *K, int4 k
         q[e] = e < d ? Q[flash_at(ql, D1, bb, rowc) + e] : 0.0f;
     for (int c = 0; c < DVP; c++)
         acc[c] = 0.0f;
-    for (int kbase = 0; kbase < nk; kbase += BK) {
+    int kbase;
+    for (kbase = 0; kbase < nk; kbase += BK) {
         if (t == 0)
             need = 0;
         barrier(CLK_LOCAL_MEM_FENCE);
@@ -405,12 +457,13 @@ void flash_gpu(__global const float *Q, int4 ql, __global const float *K, int4 k
             s[k] = kk < nk ? a : -INFINITY;
             bm = fmax(bm, s[k]);
         }
-        float mn = fmax(m, bm), corr = exp(m - mn);
+        float mn = fmax(m, bm), mz = mn == -INFINITY ? 0.0f : mn; /* see the top of the file */
+        float corr = exp(m - mz);
         l *= corr;
         for (int c = 0; c < DVP; c++)
             acc[c] *= corr;
         for (int k = 0; k < BK; k++) {
-            float p = exp(s[k] - mn);
+            float p = exp(s[k] - mz);
             l += p;
             if (drop)
                 p = clattn_dropout_keep(((ulong)bb * nq + rowc) * nk + kbase + k, seed, offset,
@@ -423,7 +476,9 @@ void flash_gpu(__global const float *Q, int4 ql, __global const float *K, int4 k
     }
     if (row < nq) {
         float inv = 1.0f / l;
+        __global const float *z =
+            vt && kbase < nk ? vt + vt_off + ((size_t)bb * nblk + kbase / BK) * DVP : 0;
         for (int c = 0; c < dv; c++)
-            O[flash_at(ol, D1, bb, row) + c] = acc[c] * inv;
+            O[flash_at(ol, D1, bb, row) + c] = (z ? acc[c] + z[c] : acc[c]) * inv;
     }
 }

@@ -6,6 +6,22 @@
 /* Head sizes up to this run fused; larger ones take the unfused path (registers would spill). */
 #define FLASH_MAX_DIM 256
 
+/* Programs are specialised on padded head sizes, bucketed so that a context builds a few programs
+ * whatever head sizes it sees: the CPU shape keeps DVP output columns in registers (16-wide
+ * vectors, so a bucket over the next multiple of 16 costs at most a third more P V work), the GPU
+ * shape loops over DP and DVP with zero padding. */
+static const int cpu_dv_buckets[] = {16, 32, 48, 64, 96, 128, 192, FLASH_MAX_DIM};
+static const int gpu_buckets[] = {16, 32, 64, 128, FLASH_MAX_DIM};
+
+static int bucket(int n, const int *sizes, size_t count)
+{
+    size_t i = 0;
+    while (i + 1 < count && sizes[i] < n)
+        i++;
+    return sizes[i];
+}
+#define BUCKET(n, sizes) bucket((n), (sizes), sizeof(sizes) / sizeof((sizes)[0]))
+
 int clattn__flash_supports(const clattn_tuning *tune, size_t d, size_t dv)
 {
     return strcmp(tune->variant, "unfused") != 0 && d <= FLASH_MAX_DIM && dv <= FLASH_MAX_DIM;
@@ -78,6 +94,31 @@ clattn_flash_operand clattn__flash_operand(const clattn_tensor *t, int D1)
     return clattn__flash_strided(t->buf, t->offset, (size_t)D1 * rows * cols, rows * cols, cols);
 }
 
+/* Only rows with a length or causal limit skip keys, and only they need the zero-weight sums of
+ * the skipped value rows (kernels/flash.cl, flash_vtail). */
+static int needs_vtail(const clattn_mask_args *m)
+{
+    return m->lens_mode != 0 || m->causal;
+}
+
+/* vt (nb, nblk, dvp) at element vt_off of buf from the value rows of V, in blocks of G keys. */
+static clattn_status enqueue_vtail(clattn_context *ctx, const char *defines,
+                                   const clattn_flash_operand *V, const clattn_mask_args *m,
+                                   int nk, int dv, int G, int nblk, int dvp, cl_mem buf,
+                                   size_t vt_off)
+{
+    clattn_status st = CLATTN_SUCCESS;
+    cl_kernel k;
+    int off = (int)vt_off;
+    CHECK_ST(clattn__get_kernel(ctx, "flash.cl", defines, "flash_vtail", &k));
+    CHECK_ST(clattn__set_args(ctx, k, "flash_vtail", ARG(V->buf), ARG(V->l), ARG(m->D1), ARG(nk),
+                              ARG(dv), ARG(G), ARG(nblk), ARG(buf), ARG(off), ARGS_END));
+    size_t gws[2] = {(size_t)dvp / 16, (size_t)m->D0 * m->D1}, lws[2] = {1, 1};
+    CHECK_ST(clattn__launch(ctx, k, 2, gws, lws, "flash_vtail"));
+fail:
+    return st;
+}
+
 static clattn_status enqueue_cpu(clattn_context *ctx, const clattn_tuning *tune,
                                  const clattn_flash_operand *Q, const clattn_flash_operand *K,
                                  const clattn_flash_operand *V, const clattn_mask_args *m,
@@ -89,7 +130,7 @@ static clattn_status enqueue_cpu(clattn_context *ctx, const clattn_tuning *tune,
     char defines[600];
     int QR = clattn__tune_int(tune, "QR", 5), KB = clattn__tune_int(tune, "KB", 64);
     int WG = clattn__tune_int(tune, "WG", 8), QG = clattn__tune_int(tune, "QG", 2);
-    int nb = m->D0 * m->D1, dvp = (int)clattn__round_up((size_t)a->dv, 16);
+    int nb = m->D0 * m->D1, dvp = BUCKET(a->dv, cpu_dv_buckets);
     int nblk = (int)clattn__div_up((size_t)a->nk, (size_t)KB);
     CHECK(ctx, KB % 16 == 0, CLATTN_ERROR_INVALID_ARGUMENT,
           "tuning: attention=cpu needs KB a multiple of 16 (KB=%d)", KB);
@@ -100,9 +141,10 @@ static clattn_status enqueue_cpu(clattn_context *ctx, const clattn_tuning *tune,
      * V rows that need no padding and lie one after another are read in place. */
     int v_packed = a->dv != dvp || a->nk % KB != 0 || V->l.s[3] != a->dv;
     size_t nkt = (size_t)nb * nblk * KB * a->d, nvp = v_packed ? (size_t)nb * nblk * KB * dvp : 0;
-    CHECK(ctx, nkt + nvp <= (size_t)INT32_MAX, CLATTN_ERROR_UNSUPPORTED,
-          "attention: packed K and V of %zu elements exceed 32-bit indexing", nkt + nvp);
-    CHECK_ST(clattn__scratch(ctx, CLATTN_SCRATCH_ATTN, (nkt + nvp) * 4, &buf));
+    size_t nvt = needs_vtail(m) ? (size_t)nb * nblk * dvp : 0, total = nkt + nvp + nvt;
+    CHECK(ctx, total <= (size_t)INT32_MAX, CLATTN_ERROR_UNSUPPORTED,
+          "attention: packed K and V of %zu elements exceed 32-bit indexing", total);
+    CHECK_ST(clattn__scratch(ctx, CLATTN_SCRATCH_ATTN, total * 4, &buf));
     snprintf(defines, sizeof defines, "%s-D DVP=%d", tune->defines, dvp);
     CHECK_ST(clattn__get_kernel(ctx, "flash.cl", defines, "flash_pack_k", &kk));
     CHECK_ST(clattn__get_kernel(ctx, "flash.cl", defines, "flash_pack_v", &kv));
@@ -121,11 +163,16 @@ static clattn_status enqueue_cpu(clattn_context *ctx, const clattn_tuning *tune,
         size_t per_batch = (size_t)nblk * KB * dvp;
         vrows = clattn__flash_strided(buf, nkt, (size_t)m->D1 * per_batch, per_batch, dvp);
     }
+    /* the V rows are dvp wide here (zero-padded, or in place only when dv == dvp) */
+    if (nvt)
+        CHECK_ST(enqueue_vtail(ctx, defines, &vrows, m, a->nk, dvp, KB, nblk, dvp, buf, nkt + nvp));
+    cl_mem vt = nvt ? buf : NULL;
+    int vt_off = (int)(nkt + nvp);
     CHECK_ST(clattn__set_args(ctx, kf, "flash_cpu", ARG(Q->buf), ARG(Q->l), ARG(buf),
-                              ARG(vrows.buf), ARG(vrows.l), ARG(out->buf), ARG(out->l),
-                              ARG(a->nq), ARG(a->nk), ARG(a->d), ARG(a->dv), ARG(nblk),
-                              ARG(a->scale), ARGS_END));
-    CHECK_ST(set_tail(ctx, kf, 13, m, a));
+                              ARG(vrows.buf), ARG(vrows.l), ARG(vt), ARG(vt_off), ARG(out->buf),
+                              ARG(out->l), ARG(a->nq), ARG(a->nk), ARG(a->d), ARG(a->dv),
+                              ARG(nblk), ARG(a->scale), ARGS_END));
+    CHECK_ST(set_tail(ctx, kf, 15, m, a));
     /* WG items (QG x QR rows each) of one batch per work-group: PoCL runs them one after another
      * on one core, so the batch's K and V panels stay in its L2. An explicit local size also keeps
      * PoCL from choosing thousands of work-items per group, whose private arrays overflow its
@@ -145,10 +192,11 @@ static clattn_status enqueue_gpu(clattn_context *ctx, const clattn_tuning *tune,
 {
     clattn_status st = CLATTN_SUCCESS;
     cl_kernel kf;
+    cl_mem vt = NULL;
     char defines[600];
     int BQ = clattn__tune_int(tune, "BQ", 64), BK = clattn__tune_int(tune, "BK", 16);
-    int nb = m->D0 * m->D1;
-    int dp = (int)clattn__round_up((size_t)a->d, 4), dvp = (int)clattn__round_up((size_t)a->dv, 16);
+    int nb = m->D0 * m->D1, nblk = (int)clattn__div_up((size_t)a->nk, (size_t)BK), vt_off = 0;
+    int dp = BUCKET(a->d, gpu_buckets), dvp = BUCKET(a->dv, gpu_buckets);
     size_t local = (size_t)BK * ((size_t)dp + 1 + (size_t)dvp) * 4 + 4;
     CHECK(ctx, local <= ctx->local_mem && (size_t)BQ <= ctx->max_wg, CLATTN_ERROR_UNSUPPORTED,
           "attention=gpu: BQ=%d, BK=%d with d=%d, dv=%d needs %zu bytes of local memory (device "
@@ -156,11 +204,18 @@ static clattn_status enqueue_gpu(clattn_context *ctx, const clattn_tuning *tune,
           ctx->max_wg);
     snprintf(defines, sizeof defines, "%s-D DP=%d -D DVP=%d", tune->defines, dp, dvp);
     CHECK_ST(clattn__get_kernel(ctx, "flash.cl", defines, "flash_gpu", &kf));
+    if (needs_vtail(m)) {
+        size_t nvt = (size_t)nb * nblk * dvp;
+        CHECK(ctx, nvt <= (size_t)INT32_MAX, CLATTN_ERROR_UNSUPPORTED,
+              "attention: %zu elements of value sums exceed 32-bit indexing", nvt);
+        CHECK_ST(clattn__scratch(ctx, CLATTN_SCRATCH_ATTN, nvt * 4, &vt));
+        CHECK_ST(enqueue_vtail(ctx, defines, V, m, a->nk, a->dv, BK, nblk, dvp, vt, 0));
+    }
     CHECK_ST(clattn__set_args(ctx, kf, "flash_gpu", ARG(Q->buf), ARG(Q->l), ARG(K->buf),
-                              ARG(K->l), ARG(V->buf), ARG(V->l), ARG(out->buf), ARG(out->l),
-                              ARG(a->nq), ARG(a->nk), ARG(a->d), ARG(a->dv), ARG(a->scale),
-                              ARGS_END));
-    CHECK_ST(set_tail(ctx, kf, 13, m, a));
+                              ARG(K->l), ARG(V->buf), ARG(V->l), ARG(vt), ARG(vt_off), ARG(nblk),
+                              ARG(out->buf), ARG(out->l), ARG(a->nq), ARG(a->nk), ARG(a->d),
+                              ARG(a->dv), ARG(a->scale), ARGS_END));
+    CHECK_ST(set_tail(ctx, kf, 16, m, a));
     size_t lws[2] = {(size_t)BQ, 1};
     size_t gws[2] = {clattn__round_up((size_t)a->nq, (size_t)BQ), (size_t)nb};
     CHECK_ST(clattn__launch(ctx, kf, 2, gws, lws, "flash_gpu"));

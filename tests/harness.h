@@ -30,8 +30,9 @@ int h_small(void);
 /* Reads a tensor back (finishes the queue) into a malloc'd array. */
 void *h_read(const clattn_tensor *t);
 
-/* Fails the test when |got - ref| > atol + rtol * |ref| anywhere (NaN fails); prints the first
- * offending index and the worst error. */
+/* Fails the test when |got - ref| > atol + rtol * |ref| anywhere; prints the first offending index
+ * and the worst error. Where the reference is NaN or infinite, got must be the same (NaN, or the
+ * same infinity); a NaN where the reference is finite fails. */
 void h_assert_close(const float *got, const double *ref, size_t n, double rtol, double atol,
                     const char *what);
 /* Same with a per-element scale: |got - ref| <= tol * scale[i]. */
@@ -51,6 +52,8 @@ typedef struct {
     const int *fixed_lens; /* NULL: random lengths in [0, K] */
     int mask_rank;         /* 0: no mask tensor; else random 0/1 of mask_dims */
     size_t mask_dims[4];
+    int mask_prefix;       /* > 0: the mask tensor blocks keys k < mask_prefix (left padding) and
+                              opens the rest, instead of random entries; its last dim must be K */
     int causal;
     float fill;            /* 0: default */
 } h_mask_spec;

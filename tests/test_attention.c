@@ -22,6 +22,7 @@ typedef struct {
     float p;
     unsigned long long seed;
     float scale; /* opts.scale; 0 means the default 1/sqrt(d) */
+    int nan_k, nan_v; /* > 0: row nan_k - 1 of K (nan_v - 1 of V) is NaN in every batch */
 } att_case;
 
 static size_t batch_of(const att_case *c)
@@ -70,6 +71,12 @@ static void run_mode(const att_case *c)
     h_fill(q, qn, -qs, qs);
     h_fill(k, kn, -1, 1);
     h_fill(v, vn, -1, 1);
+    for (size_t b = 0; b < nb; b++) {
+        for (int e = 0; c->nan_k && e < c->d; e++)
+            k[(b * nk + c->nan_k - 1) * c->d + e] = NAN;
+        for (int e = 0; c->nan_v && e < c->dv; e++)
+            v[(b * nk + c->nan_v - 1) * c->dv + e] = NAN;
+    }
     size_t sdims[4];
     memcpy(sdims, c->lead, sizeof(size_t) * c->nlead);
     sdims[c->nlead] = nq;
@@ -97,9 +104,10 @@ static void run_mode(const att_case *c)
     ref_attention(&hm.r, c->d, c->dv, qd, kd, vd, scale, &dp, rw, ro);
     char what[200];
     snprintf(what, sizeof what,
-             "attention batch %zu Q=%d K=%d d=%d dv=%d lens %d mask %d causal %d p=%g scale %g", nb,
-             c->nq, c->nk, c->d, c->dv, c->mask.lens, c->mask.mask_rank, c->mask.causal, c->p,
-             scale);
+             "attention batch %zu Q=%d K=%d d=%d dv=%d lens %d mask %d/%d causal %d fill %g p=%g "
+             "scale %g qscale %g nan k/v %d/%d %s", nb, c->nq, c->nk, c->d, c->dv, c->mask.lens,
+             c->mask.mask_rank, c->mask.mask_prefix, c->mask.causal, c->mask.fill, c->p, scale,
+             c->qscale, c->nan_k, c->nan_v, c->no_weights ? "no weights" : "weights");
     float *go = h_read(&to);
     double *wd = rw;
     if (c->p > 0) { /* the output uses the dropped weights */
@@ -276,6 +284,118 @@ static void test_dropout_reproducible(void **s)
     clattn_tensor_release(&to); clattn_tensor_release(&tw);
 }
 
+/* fill = -inf (PyTorch's masked_fill(-inf)) with whole key blocks blocked, as left padding does:
+ * the running maximum stays -inf across those blocks and must not turn into -inf - -inf = NaN.
+ * A row whose every key is blocked is NaN, as in PyTorch (length 0 below). */
+static void test_neg_inf_fill(void **s)
+{
+    (void)s;
+    static const int l0[] = {0, 200};
+    const float ninf = -INFINITY;
+    for (int p = 15; p <= 199; p += p < 17 ? 1 : p < 62 ? 46 : p < 66 ? 1 : p < 80 ? 15 : 119) {
+        att_case c = {0, {0}, 4, 200, 8, 8, {.mask_rank = 1, .mask_dims = {200}, .mask_prefix = p,
+                                              .fill = ninf}};
+        run(&c);
+    }
+    CASES({1, {2}, 3, 200, 8, 8, {H_LENS_1D, 0, l0, .fill = -INFINITY}},
+          {1, {2}, 37, 150, 5, 17, {H_LENS_2D, .causal = 1, .fill = -INFINITY}},
+          {2, {2, 3}, 9, 128, 8, 16, {.mask_rank = 4, .mask_dims = {2, 3, 9, 128}, .fill = -INFINITY}});
+}
+
+/* Huge but finite scores (|Q| up to 1e30, scale up to 1e38 with scores below FLT_MAX): the
+ * softmax is one-hot on each row's largest score and must not produce NaN or drift. */
+static void test_huge_scores(void **s)
+{
+    (void)s;
+    CASES({0, {0}, 16, 128, 16, 16, .qscale = 1e10}, {0, {0}, 16, 128, 16, 16, .qscale = 1e15},
+          {0, {0}, 16, 128, 16, 16, .qscale = 1e30},
+          {1, {2}, 16, 150, 16, 16, {H_LENS_2D, .causal = 1}, .qscale = 1e30},
+          {1, {2}, 9, 131, 16, 8, .qscale = 1e-3, .scale = 1e38f},
+          {1, {2}, 9, 131, 16, 8, {.mask_rank = 2, .mask_dims = {9, 131}}, .qscale = 1e-3,
+           .scale = -1e38f});
+}
+
+/* Identical keys give identical scores, so the weights are exactly uniform over the open keys and
+ * the output is their values' mean, however large the scores (here about 6e8, where one ulp is
+ * 64): every key block must round its scores and maxima alike, masked or not. Also Q = 0 with a
+ * scale near FLT_MAX (scores 0: the mean of every value). */
+static void identical_keys(float qval, float scale, int open_from)
+{
+    enum { NK = 200, D = 4, DV = 4 };
+    float q[3 * D], k[NK * D], v[NK * DV];
+    int mask[NK];
+    for (int i = 0; i < 3 * D; i++)
+        q[i] = qval;
+    for (int i = 0; i < NK * D; i++)
+        k[i] = 1.0f;
+    h_fill(v, NK * DV, -1, 1);
+    double mean[DV] = {0};
+    for (int j = 0; j < NK; j++) {
+        mask[j] = j >= open_from && j % 7 != 3;
+        for (int c = 0; j >= open_from && j % 7 != 3 && c < DV; c++)
+            mean[c] += v[j * DV + c];
+    }
+    int nopen = 0;
+    for (int j = 0; j < NK; j++)
+        nopen += mask[j];
+    clattn_tensor tq = h_tensor(CLATTN_FLOAT32, 2, H_DIMS(3, D), q);
+    clattn_tensor tk = h_tensor(CLATTN_FLOAT32, 2, H_DIMS(NK, D), k);
+    clattn_tensor tv = h_tensor(CLATTN_FLOAT32, 2, H_DIMS(NK, DV), v);
+    clattn_tensor tm = h_tensor(CLATTN_INT32, 1, H_DIMS(NK), mask);
+    clattn_tensor to = h_tensor(CLATTN_FLOAT32, 2, H_DIMS(3, DV), NULL);
+    clattn_tensor tw = h_tensor(CLATTN_FLOAT32, 2, H_DIMS(3, NK), NULL);
+    clattn_attention_opts o = {0};
+    o.mask.mask = &tm;
+    o.scale = scale;
+    for (int weights = 0; weights < 2; weights++) {
+        h_poison(&to);
+        assert_int_equal(clattn_dot_product_attention(h_ctx, &tq, &tk, &tv, &o, &to,
+                                                      weights ? &tw : NULL), CLATTN_SUCCESS);
+        float *out = h_read(&to);
+        for (int i = 0; i < 3 * DV; i++)
+            if (!(fabs(out[i] - mean[i % DV] / nopen) <= 1e-6))
+                fail_msg("identical keys, q = %g, scale %g, %s: out[%d] = %.9g, mean %.9g", qval,
+                         scale, weights ? "weights" : "fused", i, out[i], mean[i % DV] / nopen);
+        free(out);
+    }
+    clattn_tensor_release(&tq); clattn_tensor_release(&tk); clattn_tensor_release(&tv);
+    clattn_tensor_release(&tm); clattn_tensor_release(&to); clattn_tensor_release(&tw);
+}
+
+static void test_identical_keys_huge(void **s)
+{
+    (void)s;
+    identical_keys(3e8f, 0.5f, 70);  /* scores 6e8; the first 70 keys and every 7th blocked */
+    identical_keys(2e6f, 0.5f, 0);   /* scores 4e6 */
+    identical_keys(0.0f, 3e38f, 0);  /* scores 0 */
+}
+
+/* IEEE arithmetic, as PyTorch's weights @ V: a NaN in any value row reaches its batch's outputs in
+ * every column, even through weights of exactly 0 (blocked keys, skipped key blocks included); a
+ * NaN in a blocked key's K row changes nothing (masked_fill replaces its score). */
+static void test_nan_in_blocked_rows(void **s)
+{
+    (void)s;
+    static const int l1[] = {3, 150};
+    CASES({1, {2}, 5, 150, 8, 8, {H_LENS_1D, 0, l1}, .nan_v = 140},
+          {1, {2}, 70, 150, 8, 8, {.causal = 1}, .nan_v = 150},
+          {1, {2}, 5, 150, 8, 8, {H_LENS_1D, 0, l1}, .nan_k = 140},
+          {1, {2}, 70, 150, 8, 8, {.causal = 1}, .nan_k = 150},
+          {1, {2}, 6, 130, 5, 7, {.mask_rank = 1, .mask_dims = {130}, .mask_prefix = 100},
+           .nan_k = 20, .nan_v = 120});
+}
+
+/* Seventy distinct (d, dv) pairs in one context: the fused kernels are built per bucket of head
+ * sizes, not per size, so the context's programs stay few and every call keeps working. */
+static void test_many_head_sizes(void **s)
+{
+    (void)s;
+    for (int i = 0; i < 70; i++) {
+        att_case c = {1, {2}, 3, 21, 1 + i, 64 - (i * 37) % 64, .no_weights = 1};
+        run(&c);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -283,6 +403,9 @@ int main(void)
         cmocka_unit_test(test_masks_and_causal), cmocka_unit_test(test_large_logits),
         cmocka_unit_test(test_toy_identical_keys), cmocka_unit_test(test_dropout),
         cmocka_unit_test(test_dropout_reproducible), cmocka_unit_test(test_explicit_scale),
+        cmocka_unit_test(test_neg_inf_fill), cmocka_unit_test(test_huge_scores),
+        cmocka_unit_test(test_identical_keys_huge), cmocka_unit_test(test_nan_in_blocked_rows),
+        cmocka_unit_test(test_many_head_sizes),
     };
     return cmocka_run_group_tests(tests, h_setup, h_teardown);
 }

@@ -18,6 +18,7 @@ typedef struct {
     float p;
     unsigned long long seed;
     int no_weights;
+    double xscale; /* inputs uniform in [-xscale, xscale]; 0 means 1 */
 } mha_case;
 
 typedef struct {
@@ -59,8 +60,9 @@ static void run_mode(const mha_case *c)
 {
     int B = c->B, nq = c->nq, nk = c->nk, hid = c->hid, H = c->H, dh = hid / H;
     double bq = 1 / sqrt(c->qs), bk = 1 / sqrt(c->ks), bv = 1 / sqrt(c->vs), bo = 1 / sqrt(hid);
-    param q = make_param((size_t)B * nq, c->qs, 1), k = make_param((size_t)B * nk, c->ks, 1);
-    param v = make_param((size_t)B * nk, c->vs, 1);
+    double xs = c->xscale > 0 ? c->xscale : 1;
+    param q = make_param((size_t)B * nq, c->qs, xs), k = make_param((size_t)B * nk, c->ks, xs);
+    param v = make_param((size_t)B * nk, c->vs, xs);
     param Wq = make_param(hid, c->qs, bq), Wk = make_param(hid, c->ks, bk);
     param Wv = make_param(hid, c->vs, bv), Wo = make_param(c->os, hid, bo);
     param b_q = make_param(0, hid, bq), b_k = make_param(0, hid, bk), b_v = make_param(0, hid, bv);
@@ -188,6 +190,17 @@ static void test_masks(void **s)
           {2, 5, 7, 8, 8, 8, 16, 4, 16, 0, {.mask_rank = 2, .mask_dims = {5, 7}, .fill = -1e9f}});
 }
 
+/* fill -inf with the first 70 keys blocked (whole key blocks of -inf scores), and inputs 1e5 times
+ * larger (scores near 1e10: one-hot weights, no NaN). */
+static void test_extremes(void **s)
+{
+    (void)s;
+    CASES({2, 6, 100, 8, 8, 8, 16, 2, 16, 1, {.mask_rank = 1, .mask_dims = {100}, .mask_prefix = 70,
+                                              .fill = -INFINITY}},
+          {2, 10, 20, 16, 16, 16, 16, 4, 16, 0, .xscale = 1e5},
+          {2, 10, 80, 16, 16, 16, 32, 2, 16, 1, {H_LENS_2D, .causal = 1}, .xscale = 1e5});
+}
+
 static void test_dropout(void **s)
 {
     (void)s;
@@ -226,7 +239,8 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_d2l_example), cmocka_unit_test(test_heads_and_sizes),
-        cmocka_unit_test(test_masks), cmocka_unit_test(test_dropout), cmocka_unit_test(test_bad),
+        cmocka_unit_test(test_masks), cmocka_unit_test(test_extremes),
+        cmocka_unit_test(test_dropout), cmocka_unit_test(test_bad),
     };
     return cmocka_run_group_tests(tests, h_setup, h_teardown);
 }
