@@ -63,12 +63,19 @@ typedef struct {
 
 typedef struct clattn_context clattn_context;
 
+/* Per-context settings; each wins over its environment variable. Strings are copied whole (any
+ * length); a directory whose file paths would pass PATH_MAX is an error at context creation
+ * naming the field or the variable, never shortened. */
 typedef struct {
-    const char *device;      /* device spec, as CLATTN_DEVICE; wins over it; NULL = use the env */
+    const char *device;      /* device spec, as CLATTN_DEVICE; NULL = use the env */
     const char *tuning;      /* kernel variant overrides, as CLATTN_TUNE; NULL = use the env */
-    const char *kernel_dir;  /* load .cl files from here instead of the embedded copies */
+    const char *kernel_dir;  /* load .cl files from here instead of the embedded copies, as
+                                CLATTN_KERNEL_DIR; NULL = use the env */
     const char *cache_dir;   /* program binary cache, as CLATTN_CACHE_DIR; NULL = use the env */
-    int sync;                /* 1: finish and check after every enqueue (debugging), as CLATTN_SYNC */
+    /* Finish and check after every enqueue (debugging). 1 = on and -1 = off, winning over
+     * CLATTN_SYNC; 0 = as CLATTN_SYNC, which reads 1/true/yes/on or 0/false/no/off/empty in any
+     * case (another value is an error). Any other field value is an error. */
+    int sync;
 } clattn_params;
 
 /* Default fill for masked scores: d2l's -1e6 (the tutorial uses -1e9). */

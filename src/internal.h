@@ -3,6 +3,7 @@
 #define CLATTN_INTERNAL_H
 
 #include "clattn.h"
+#include <limits.h>
 #include <stdarg.h>
 #include <stdint.h>
 
@@ -39,9 +40,11 @@ struct clattn_context {
     char description[1280];
     size_t max_wg, max_alloc, local_mem;
     int sync;
-    char tuning[512];
-    char kernel_dir[512];
-    char cache_dir[512];
+    /* Settings (params, else the environment): heap strings, "" when unset, so x[0] means "set";
+     * never cut (a directory too long for its file paths fails context creation). */
+    char *tuning;
+    char *kernel_dir;
+    char *cache_dir;
     clattn_program_entry programs[CLATTN_MAX_PROGRAMS];
     int nprograms;
     clattn_kernel_entry kernels[CLATTN_MAX_KERNELS];
@@ -51,6 +54,18 @@ struct clattn_context {
     int cache_hits, cache_writes; /* programs loaded from and written to the disk cache */
     char err[CLATTN_ERR_SIZE];
 };
+
+/* Room the file names under the directory settings take, slash and NUL included: cache files
+ * "clattn-<16 hex>.bin" and mkstemp's ".XXXXXX" (cache.c), kernel files "<name>.cl" (program.c,
+ * names under 30 characters). A directory whose longest path would pass CLATTN_PATH_MAX is
+ * refused when the context is created, so path buffers of CLATTN_PATH_MAX bytes never cut. */
+#ifdef PATH_MAX
+#define CLATTN_PATH_MAX PATH_MAX
+#else
+#define CLATTN_PATH_MAX 4096
+#endif
+#define CLATTN_CACHE_FILE_ROOM sizeof("/clattn-0123456789abcdef.bin.XXXXXX")
+#define CLATTN_KERNEL_FILE_ROOM 32
 
 /* ---- errors (status.c) ---- */
 clattn_status clattn__fail(clattn_context *ctx, clattn_status s, const char *fmt, ...)
