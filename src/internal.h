@@ -106,16 +106,27 @@ void clattn__clear_error(clattn_context *ctx);
     } while (0)
 
 /* ---- tensors (tensor.c) ---- */
-/* Validates a view: non-NULL, buffer, rank in [min_rank, max_rank], dtype, non-zero dims, fits in
- * its buffer and in int32 indexing. name is the argument name for messages. */
+/* Validates a view: non-NULL, a buffer of ctx's OpenCL context, rank in [min_rank, max_rank], a
+ * known dtype equal to dtype, non-zero dims, fits in its buffer and in int32 indexing. name is the
+ * argument's full name for messages ("opts.mask.valid_lens"). */
 clattn_status clattn__check_tensor(clattn_context *ctx, const clattn_tensor *t, const char *name,
                                    clattn_dtype dtype, int min_rank, int max_rank);
 /* "(2, 3, 4)" */
 const char *clattn__shape_str(const clattn_tensor *t, char *buf, size_t size);
 size_t clattn__batch_count(const clattn_tensor *t, int inner_dims);
+/* 1 when both views are the same cl_mem at the same offset (what in-place ops accept). */
 int clattn__same_view(const clattn_tensor *a, const clattn_tensor *b);
-/* 1 when two views share a buffer and their element ranges intersect. */
+/* 1 when two checked views share bytes: sub-buffers are resolved to their root buffer and origin,
+ * and buffers over the application's memory (CL_MEM_USE_HOST_PTR) compare host addresses. */
 int clattn__overlaps(const clattn_tensor *a, const clattn_tensor *b);
+/* A tensor argument and its name for messages; t NULL = absent. */
+typedef struct {
+    const clattn_tensor *t;
+    const char *name;
+} clattn_arg;
+/* Fails naming both when an output overlaps an input or another output. All checked views. */
+clattn_status clattn__check_no_overlap(clattn_context *ctx, const clattn_arg *outs, int nouts,
+                                       const clattn_arg *ins, int nins);
 
 /* ---- programs and launches (program.c) ---- */
 /* Returns the kernel `name` of `file` built with the tuning defines `defines` ("-D A=1 ..."). */
