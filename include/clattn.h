@@ -8,7 +8,12 @@
  * - Every op validates all of its arguments first; on failure it returns a status, enqueues nothing
  *   and leaves every output untouched. clattn_last_error() names the argument and the shapes.
  * - Tensors are borrowed views of cl_mem buffers (float32 data, int32 lengths and masks), row-major,
- *   1 to 4 dimensions, with an element offset.
+ *   1 to 4 dimensions, with an element offset. Their buffers must belong to the context's
+ *   cl_context.
+ * - No output may share bytes with an input (mask tensors and device lengths included) or with
+ *   another output, wherever the bytes come from: the same buffer, sub-buffers of one buffer, or
+ *   CL_MEM_USE_HOST_PTR buffers over the same memory. Ops that run in place say so, and take only
+ *   the same view (the same buf and offset), never the same bytes through another cl_mem.
  *
  * Thread safety: a context may be used by one thread at a time. Different contexts may be used from
  * different threads concurrently, including contexts wrapping the same cl_context. Functions that
@@ -38,7 +43,8 @@ typedef enum {
     CLATTN_SUCCESS = 0,
     CLATTN_ERROR_INVALID_ARGUMENT, /* NULL pointer, bad value (p outside [0,1], bad flag) */
     CLATTN_ERROR_SHAPE_MISMATCH,   /* ranks or dims that do not fit together */
-    CLATTN_ERROR_INVALID_TENSOR,   /* view outside its buffer, wrong dtype, too large */
+    CLATTN_ERROR_INVALID_TENSOR,   /* view outside its buffer, wrong or unknown dtype, too large,
+                                      buffer of another cl_context */
     CLATTN_ERROR_NO_PLATFORM,      /* no OpenCL platform or device at all */
     CLATTN_ERROR_DEVICE_NOT_FOUND, /* the device spec matched nothing */
     CLATTN_ERROR_BUILD_FAILED,     /* a kernel failed to build; the message holds the log */
@@ -63,12 +69,19 @@ typedef struct {
 
 typedef struct clattn_context clattn_context;
 
+/* Per-context settings; each wins over its environment variable. Strings are copied whole (any
+ * length); a directory whose file paths would pass PATH_MAX is an error at context creation
+ * naming the field or the variable, never shortened. */
 typedef struct {
-    const char *device;      /* device spec, as CLATTN_DEVICE; wins over it; NULL = use the env */
+    const char *device;      /* device spec, as CLATTN_DEVICE; NULL = use the env */
     const char *tuning;      /* kernel variant overrides, as CLATTN_TUNE; NULL = use the env */
-    const char *kernel_dir;  /* load .cl files from here instead of the embedded copies */
+    const char *kernel_dir;  /* load .cl files from here instead of the embedded copies, as
+                                CLATTN_KERNEL_DIR; NULL = use the env */
     const char *cache_dir;   /* program binary cache, as CLATTN_CACHE_DIR; NULL = use the env */
-    int sync;                /* 1: finish and check after every enqueue (debugging), as CLATTN_SYNC */
+    /* Finish and check after every enqueue (debugging). 1 = on and -1 = off, winning over
+     * CLATTN_SYNC; 0 = as CLATTN_SYNC, which reads 1/true/yes/on or 0/false/no/off/empty in any
+     * case (another value is an error). Any other field value is an error. */
+    int sync;
 } clattn_params;
 
 /* Default fill for masked scores: d2l's -1e6 (the tutorial uses -1e9). */
@@ -88,8 +101,9 @@ typedef struct {
  * - mask: int32 0/1 tensor broadcastable (numpy rules, right-aligned) to the scores (..., Q, K);
  *   0 = blocked, as the tutorial's masked_fill(mask == 0, fill).
  * - causal: query row i sees keys j <= i (top-left aligned on Q x K).
- * - fill: the value blocked scores get before the softmax; 0 means CLATTN_DEFAULT_FILL. A row with
- *   every key blocked therefore gets uniform weights 1/K, as the reference does.
+ * - fill: the value blocked scores get before the softmax; 0 means CLATTN_DEFAULT_FILL. Finite or
+ *   -INFINITY (PyTorch's masked_fill(-inf)); NaN and +INFINITY are errors. With a finite fill a row
+ *   with every key blocked gets uniform weights 1/K, as the reference does.
  */
 typedef struct {
     const clattn_tensor *valid_lens;
@@ -175,7 +189,8 @@ CLATTN_API clattn_status clattn_matmul(clattn_context *ctx, const clattn_tensor 
 CLATTN_API clattn_status clattn_linear(clattn_context *ctx, const clattn_tensor *x,
                                        const clattn_tensor *W, const clattn_tensor *bias,
                                        const clattn_tensor *y);
-/* out = softmax over the last axis of scores with mask applied. out may alias scores (same view). */
+/* out = softmax over the last axis of scores with mask applied. out may be scores itself (the same
+ * buf and offset: in place). */
 CLATTN_API clattn_status clattn_masked_softmax(clattn_context *ctx, const clattn_tensor *scores,
                                                const clattn_mask *mask, const clattn_tensor *out);
 
@@ -188,7 +203,8 @@ CLATTN_API clattn_status clattn_transpose_qkv(clattn_context *ctx, const clattn_
 CLATTN_API clattn_status clattn_transpose_output(clattn_context *ctx, const clattn_tensor *x,
                                                  int num_heads, const clattn_tensor *out);
 /* y = x * keep / (1 - p) with keep drawn from Philox4x32-10 keyed by (seed, offset, element index);
- * p = 0 or training = 0 copies (an exact no-op in place); p = 1 writes zeros. y may alias x. */
+ * p = 0 or training = 0 copies (an exact no-op in place); p = 1 writes zeros. y may be x itself
+ * (the same buf and offset: in place). */
 CLATTN_API clattn_status clattn_dropout(clattn_context *ctx, const clattn_tensor *x,
                                         const clattn_dropout_params *p, const clattn_tensor *y);
 /* scores[b, i, j] = sum_h w_v[h] tanh(qp[b, i, h] + kp[b, j, h]) for projected queries qp (B, Q, h)

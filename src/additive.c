@@ -53,9 +53,9 @@ clattn_status clattn_additive_scores(clattn_context *ctx, const clattn_tensor *q
                    scores->dims[2] == kp->dims[1],
           CLATTN_ERROR_SHAPE_MISMATCH, "scores: shape %s, expected (%zu, %zu, %zu)",
           clattn__shape_str(scores, s1, sizeof s1), qp->dims[0], qp->dims[1], kp->dims[1]);
-    const clattn_tensor *outs[1] = {scores}, *ins[3] = {qp, kp, w_v};
-    const char *names[1] = {"scores"};
-    CHECK_ST(clattn__check_no_overlap(ctx, outs, names, 1, ins, 3));
+    const clattn_arg outs[1] = {{scores, "scores"}};
+    const clattn_arg ins[3] = {{qp, "qp"}, {kp, "kp"}, {w_v, "w_v"}};
+    CHECK_ST(clattn__check_no_overlap(ctx, outs, 1, ins, 3));
     CHECK_ST(enqueue_scores(ctx, qp, kp, w_v, scores));
 fail:
     return st;
@@ -100,9 +100,10 @@ static clattn_status check_additive(clattn_context *ctx, const clattn_tensor *q,
     CHECK_ST(check_proj(ctx, w->W_q, "w.W_q", q, "queries", h));
     CHECK_ST(check_proj(ctx, w->W_k, "w.W_k", k, "keys", h));
     CHECK_ST(check_wv(ctx, w->w_v, *h, "w.w_v"));
-    const clattn_tensor *outs[2] = {out, weights}, *ins[6] = {q, k, v, w->W_q, w->W_k, w->w_v};
-    const char *names[2] = {"out", "weights"};
-    CHECK_ST(clattn__check_no_overlap(ctx, outs, names, 2, ins, 6));
+    const clattn_arg outs[2] = {{out, "out"}, {weights, "weights"}};
+    const clattn_arg ins[6] = {{q, "queries"}, {k, "keys"}, {v, "values"},
+                               {w->W_q, "w.W_q"}, {w->W_k, "w.W_k"}, {w->w_v, "w.w_v"}};
+    CHECK_ST(clattn__check_no_overlap(ctx, outs, 2, ins, 6));
 fail:
     return st;
 }
@@ -123,7 +124,8 @@ clattn_status clattn_additive_attention(clattn_context *ctx, const clattn_tensor
     size_t B = queries->dims[0], nq = queries->dims[1], nk = keys->dims[1];
     size_t sdims[3] = {B, nq, nk};
     const clattn_dropout_params *drop;
-    CHECK_ST(clattn__resolve_opts(ctx, opts, 3, sdims, &m, &drop));
+    const clattn_arg outs[2] = {{out, "out"}, {weights, "weights"}};
+    CHECK_ST(clattn__resolve_opts(ctx, opts, 3, sdims, outs, 2, &m, &drop));
     /* scratch: projected queries and keys, then scores (unless returned) and dropped weights */
     size_t nqp = B * nq * h, nkp = B * nk * h, ns = B * nq * nk;
     int dropping = clattn__dropout_active(drop);

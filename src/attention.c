@@ -4,25 +4,6 @@
 #include <stdio.h>
 #include <string.h>
 
-clattn_status clattn__check_no_overlap(clattn_context *ctx, const clattn_tensor *const *outs,
-                                       const char *const *names, int nouts,
-                                       const clattn_tensor *const *ins, int nins)
-{
-    clattn_status st = CLATTN_SUCCESS;
-    for (int i = 0; i < nouts; i++) {
-        if (!outs[i])
-            continue;
-        for (int j = 0; j < nins; j++)
-            CHECK(ctx, !ins[j] || !clattn__overlaps(outs[i], ins[j]), CLATTN_ERROR_INVALID_ARGUMENT,
-                  "%s: overlaps an input tensor", names[i]);
-        for (int j = i + 1; j < nouts; j++)
-            CHECK(ctx, !outs[j] || !clattn__overlaps(outs[i], outs[j]),
-                  CLATTN_ERROR_INVALID_ARGUMENT, "%s: overlaps %s", names[i], names[j]);
-    }
-fail:
-    return st;
-}
-
 clattn_status clattn__check_module_inputs(clattn_context *ctx, const clattn_tensor *q,
                                          const clattn_tensor *k, const clattn_tensor *v,
                                          const clattn_tensor *out)
@@ -42,13 +23,15 @@ fail:
 }
 
 clattn_status clattn__resolve_opts(clattn_context *ctx, const clattn_attention_opts *opts,
-                                   int rank, const size_t *sdims, clattn_mask_args *m,
+                                   int rank, const size_t *sdims, const clattn_arg *outs,
+                                   int nouts, clattn_mask_args *m,
                                    const clattn_dropout_params **drop)
 {
     clattn_status st = CLATTN_SUCCESS;
     *drop = opts ? &opts->dropout : NULL;
     CHECK_ST(clattn__check_dropout(ctx, *drop, "opts.dropout"));
-    CHECK_ST(clattn__resolve_mask_dims(ctx, opts ? &opts->mask : NULL, rank, sdims, "opts.mask", m));
+    CHECK_ST(clattn__resolve_mask_dims(ctx, opts ? &opts->mask : NULL, rank, sdims, "opts.mask",
+                                       outs, nouts, m));
 fail:
     return st;
 }
@@ -132,9 +115,9 @@ static clattn_status check_qkv(clattn_context *ctx, const clattn_tensor *Q, cons
     CHECK(ctx, !weights || (weights->dims[r - 2] == nq && weights->dims[r - 1] == nk),
           CLATTN_ERROR_SHAPE_MISMATCH, "weights: shape %s, expected (..., %zu, %zu)",
           clattn__shape_str(weights, s1, sizeof s1), nq, nk);
-    const clattn_tensor *outs[2] = {out, weights}, *ins[3] = {Q, K, V};
-    const char *onames[2] = {"out", "weights"};
-    CHECK_ST(clattn__check_no_overlap(ctx, outs, onames, 2, ins, 3));
+    const clattn_arg outs[2] = {{out, "out"}, {weights, "weights"}};
+    const clattn_arg ins[3] = {{Q, "Q"}, {K, "K"}, {V, "V"}};
+    CHECK_ST(clattn__check_no_overlap(ctx, outs, 2, ins, 3));
 fail:
     return st;
 }
@@ -155,7 +138,8 @@ clattn_status clattn_dot_product_attention(clattn_context *ctx, const clattn_ten
     size_t sdims[4];
     memcpy(sdims, Q->dims, sizeof sdims);
     sdims[Q->ndim - 1] = K->dims[K->ndim - 2];
-    CHECK_ST(clattn__resolve_opts(ctx, opts, Q->ndim, sdims, &m, &drop));
+    const clattn_arg outs[2] = {{out, "out"}, {weights, "weights"}};
+    CHECK_ST(clattn__resolve_opts(ctx, opts, Q->ndim, sdims, outs, 2, &m, &drop));
     CHECK_ST(clattn__attention_core(ctx, Q, K, V, &m, drop, scale, out, weights));
 fail:
     clattn__mask_release(&m);

@@ -51,12 +51,10 @@ clattn_status clattn__check_module_inputs(clattn_context *ctx, const clattn_tens
                                          const clattn_tensor *k, const clattn_tensor *v,
                                          const clattn_tensor *out);
 /* Checks opts' dropout and resolves its mask for scores of the given shape (opts may be NULL);
- * *drop is the dropout to apply (NULL for none). Release m with clattn__mask_release. */
+ * the mask's tensors must not overlap outs. *drop is the dropout to apply (NULL for none).
+ * Release m with clattn__mask_release. */
 clattn_status clattn__resolve_opts(clattn_context *ctx, const clattn_attention_opts *opts,
-                                   int score_rank, const size_t *score_dims, clattn_mask_args *m,
+                                   int score_rank, const size_t *score_dims, const clattn_arg *outs,
+                                   int nouts, clattn_mask_args *m,
                                    const clattn_dropout_params **drop);
-/* Checks that none of the outputs overlaps an input or the other output. */
-clattn_status clattn__check_no_overlap(clattn_context *ctx, const clattn_tensor *const *outs,
-                                       const char *const *out_names, int nouts,
-                                       const clattn_tensor *const *ins, int nins);
 #endif

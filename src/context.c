@@ -3,16 +3,60 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 const char *clattn_version(void)
 {
     return CLATTN_VERSION;
 }
 
-static void copy_setting(char *dst, size_t size, const char *param, const char *env)
+/* A heap copy of a setting: the params field when given, else the environment variable, else "".
+ * room > 0 marks a directory: its longest file path (room bytes past it) must fit in
+ * CLATTN_PATH_MAX, so no path built from it is ever cut. */
+static clattn_status take_setting(char **dst, const char *param, const char *param_name,
+                                  const char *env, size_t room)
 {
     const char *v = param ? param : getenv(env);
-    snprintf(dst, size, "%s", v ? v : "");
+    const char *what = param ? param_name : env;
+    size_t n = v ? strlen(v) : 0;
+    if (room && n > CLATTN_PATH_MAX - room)
+        return clattn__fail(NULL, CLATTN_ERROR_INVALID_ARGUMENT,
+                            "%s: a directory of %zu characters (\"%.40s...\") is too long: the "
+                            "paths of its files would pass PATH_MAX (%d); at most %zu characters",
+                            what, n, v, (int)CLATTN_PATH_MAX, (size_t)CLATTN_PATH_MAX - room);
+    *dst = strdup(v ? v : "");
+    return *dst ? CLATTN_SUCCESS
+                : clattn__fail(NULL, CLATTN_ERROR_OUT_OF_MEMORY, "out of host memory");
+}
+
+/* 1 for 1/true/yes/on, 0 for empty/0/00.../false/no/off (any case), -1 for anything else. */
+static int parse_switch(const char *v)
+{
+    static const char *const on[] = {"1", "true", "yes", "on"}, *const off[] = {"false", "no", "off"};
+    if (v[strspn(v, "0")] == '\0')
+        return 0;
+    for (size_t i = 0; i < sizeof on / sizeof on[0]; i++)
+        if (strcasecmp(v, on[i]) == 0)
+            return 1;
+    for (size_t i = 0; i < sizeof off / sizeof off[0]; i++)
+        if (strcasecmp(v, off[i]) == 0)
+            return 0;
+    return -1;
+}
+
+/* params.sync: 1 on, -1 off, both winning over CLATTN_SYNC; 0 leaves it to CLATTN_SYNC. */
+static clattn_status take_sync(int *sync, const clattn_params *params)
+{
+    clattn_status st = CLATTN_SUCCESS;
+    int p = params ? params->sync : 0;
+    const char *env = getenv("CLATTN_SYNC");
+    CHECK(NULL, p >= -1 && p <= 1, CLATTN_ERROR_INVALID_ARGUMENT,
+          "params.sync = %d: expected 1 (on), -1 (off) or 0 (as CLATTN_SYNC)", p);
+    *sync = p != 0 ? p > 0 : env ? parse_switch(env) : 0;
+    CHECK(NULL, *sync >= 0, CLATTN_ERROR_INVALID_ARGUMENT,
+          "CLATTN_SYNC=%s: expected 1, true, yes or on, or 0, false, no, off or empty", env);
+fail:
+    return st;
 }
 
 static void query_device(clattn_context *c)
@@ -41,19 +85,23 @@ static void query_device(clattn_context *c)
              c->vendor, t, c->platform_name, cver, c->driver);
 }
 
-static clattn_context *alloc_context(const clattn_params *params)
+/* A context holding the settings of params and the environment, or a failure naming one. */
+static clattn_status alloc_context(clattn_context **out, const clattn_params *params)
 {
-    clattn_context *c = calloc(1, sizeof *c);
-    if (!c)
-        return NULL;
-    copy_setting(c->tuning, sizeof c->tuning, params ? params->tuning : NULL, "CLATTN_TUNE");
-    copy_setting(c->kernel_dir, sizeof c->kernel_dir, params ? params->kernel_dir : NULL,
-                 "CLATTN_KERNEL_DIR");
-    copy_setting(c->cache_dir, sizeof c->cache_dir, params ? params->cache_dir : NULL,
-                 "CLATTN_CACHE_DIR");
-    const char *sync = getenv("CLATTN_SYNC");
-    c->sync = (params && params->sync) || (sync && *sync && strcmp(sync, "0") != 0);
-    return c;
+    clattn_status st = CLATTN_SUCCESS;
+    const clattn_params none = {0};
+    clattn_context *c = *out = calloc(1, sizeof *c);
+    CHECK(NULL, c, CLATTN_ERROR_OUT_OF_MEMORY, "out of host memory");
+    if (!params)
+        params = &none;
+    CHECK_ST(take_setting(&c->tuning, params->tuning, "params.tuning", "CLATTN_TUNE", 0));
+    CHECK_ST(take_setting(&c->kernel_dir, params->kernel_dir, "params.kernel_dir",
+                          "CLATTN_KERNEL_DIR", CLATTN_KERNEL_FILE_ROOM));
+    CHECK_ST(take_setting(&c->cache_dir, params->cache_dir, "params.cache_dir", "CLATTN_CACHE_DIR",
+                          CLATTN_CACHE_FILE_ROOM));
+    CHECK_ST(take_sync(&c->sync, params));
+fail:
+    return st;
 }
 
 clattn_status clattn_context_create(clattn_context **out, const clattn_params *params)
@@ -64,8 +112,7 @@ clattn_status clattn_context_create(clattn_context **out, const clattn_params *p
     if (!out)
         return clattn__fail(NULL, CLATTN_ERROR_INVALID_ARGUMENT, "ctx: NULL pointer");
     *out = NULL;
-    c = alloc_context(params);
-    CHECK(NULL, c, CLATTN_ERROR_OUT_OF_MEMORY, "out of host memory");
+    CHECK_ST(alloc_context(&c, params));
     CHECK_ST(clattn__select_device(params ? params->device : NULL, &c->platform, &c->device));
     cl_context_properties props[] = {CL_CONTEXT_PLATFORM, (cl_context_properties)c->platform, 0};
     c->cl = clCreateContext(props, 1, &c->device, NULL, NULL, &err);
@@ -103,8 +150,7 @@ clattn_status clattn_context_wrap(clattn_context **out, cl_context context, cl_d
           "queue: does not belong to the given context and device");
     CHECK(NULL, !(qp & CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE), CLATTN_ERROR_INVALID_ARGUMENT,
           "queue: must be in-order (clattn chains kernels through buffers)");
-    c = alloc_context(params);
-    CHECK(NULL, c, CLATTN_ERROR_OUT_OF_MEMORY, "out of host memory");
+    CHECK_ST(alloc_context(&c, params));
     clRetainContext(context);
     c->cl = context;
     clRetainCommandQueue(queue);
@@ -133,6 +179,9 @@ void clattn_context_destroy(clattn_context **pc)
         clReleaseCommandQueue(c->queue);
     if (c->cl)
         clReleaseContext(c->cl);
+    free(c->tuning);
+    free(c->kernel_dir);
+    free(c->cache_dir);
     free(c);
     *pc = NULL;
 }

@@ -1,6 +1,7 @@
 /* CLATTN_DEVICE parsing, device enumeration and selection. */
 #include "internal.h"
 #include <ctype.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,21 +35,27 @@ static int first_of_type(const clattn_device_desc *d, int n, cl_device_type type
     return -1;
 }
 
+/* A decimal index at s; returns the end, or NULL when s has no digit. An index past INT_MAX is
+ * -1, which no device has (wrapping it would select another device). */
+static const char *parse_index(const char *s, int *v)
+{
+    long long x = 0;
+    if (!isdigit((unsigned char)*s))
+        return NULL;
+    for (; isdigit((unsigned char)*s); s++)
+        if (x <= INT_MAX)
+            x = x * 10 + (*s - '0');
+    *v = x <= INT_MAX ? (int)x : -1;
+    return s;
+}
+
 /* "P:D" with decimal indices; returns 1 and fills p, dev when spec has that form. */
 static int parse_index_pair(const char *spec, int *p, int *dev)
 {
-    char *end;
-    if (!isdigit((unsigned char)spec[0]))
+    const char *s = parse_index(spec, p);
+    if (!s || *s != ':' || !(s = parse_index(s + 1, dev)))
         return 0;
-    long a = strtol(spec, &end, 10);
-    if (*end != ':' || !isdigit((unsigned char)end[1]))
-        return 0;
-    long b = strtol(end + 1, &end, 10);
-    if (*end != '\0')
-        return 0;
-    *p = (int)a;
-    *dev = (int)b;
-    return 1;
+    return *s == '\0';
 }
 
 int clattn__match_device(const char *spec, const clattn_device_desc *d, int n)

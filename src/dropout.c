@@ -60,7 +60,7 @@ clattn_status clattn_dropout(clattn_context *ctx, const clattn_tensor *x,
           CLATTN_ERROR_SHAPE_MISMATCH, "y: shape %s, expected x's shape %s",
           clattn__shape_str(y, s1, sizeof s1), clattn__shape_str(x, s2, sizeof s2));
     CHECK(ctx, clattn__same_view(x, y) || !clattn__overlaps(x, y), CLATTN_ERROR_INVALID_ARGUMENT,
-          "y: overlaps x without being the same view");
+          "y: overlaps x without being the same view (in place: the same buf and offset)");
     size_t n = clattn_tensor_numel(x);
     if (clattn__dropout_active(p))
         CHECK_ST(clattn__enqueue_dropout(ctx, x->buf, x->offset, y->buf, y->offset, n, 0, p));

@@ -3,6 +3,7 @@
 #define CLATTN_INTERNAL_H
 
 #include "clattn.h"
+#include <limits.h>
 #include <stdarg.h>
 #include <stdint.h>
 
@@ -39,9 +40,11 @@ struct clattn_context {
     char description[1280];
     size_t max_wg, max_alloc, local_mem;
     int sync;
-    char tuning[512];
-    char kernel_dir[512];
-    char cache_dir[512];
+    /* Settings (params, else the environment): heap strings, "" when unset, so x[0] means "set";
+     * never cut (a directory too long for its file paths fails context creation). */
+    char *tuning;
+    char *kernel_dir;
+    char *cache_dir;
     clattn_program_entry programs[CLATTN_MAX_PROGRAMS];
     int nprograms;
     clattn_kernel_entry kernels[CLATTN_MAX_KERNELS];
@@ -51,6 +54,18 @@ struct clattn_context {
     int cache_hits, cache_writes; /* programs loaded from and written to the disk cache */
     char err[CLATTN_ERR_SIZE];
 };
+
+/* Room the file names under the directory settings take, slash and NUL included: cache files
+ * "clattn-<16 hex>.bin" and mkstemp's ".XXXXXX" (cache.c), kernel files "<name>.cl" (program.c,
+ * names under 30 characters). A directory whose longest path would pass CLATTN_PATH_MAX is
+ * refused when the context is created, so path buffers of CLATTN_PATH_MAX bytes never cut. */
+#ifdef PATH_MAX
+#define CLATTN_PATH_MAX PATH_MAX
+#else
+#define CLATTN_PATH_MAX 4096
+#endif
+#define CLATTN_CACHE_FILE_ROOM sizeof("/clattn-0123456789abcdef.bin.XXXXXX")
+#define CLATTN_KERNEL_FILE_ROOM 32
 
 /* ---- errors (status.c) ---- */
 clattn_status clattn__fail(clattn_context *ctx, clattn_status s, const char *fmt, ...)
@@ -91,16 +106,27 @@ void clattn__clear_error(clattn_context *ctx);
     } while (0)
 
 /* ---- tensors (tensor.c) ---- */
-/* Validates a view: non-NULL, buffer, rank in [min_rank, max_rank], dtype, non-zero dims, fits in
- * its buffer and in int32 indexing. name is the argument name for messages. */
+/* Validates a view: non-NULL, a buffer of ctx's OpenCL context, rank in [min_rank, max_rank], a
+ * known dtype equal to dtype, non-zero dims, fits in its buffer and in int32 indexing. name is the
+ * argument's full name for messages ("opts.mask.valid_lens"). */
 clattn_status clattn__check_tensor(clattn_context *ctx, const clattn_tensor *t, const char *name,
                                    clattn_dtype dtype, int min_rank, int max_rank);
 /* "(2, 3, 4)" */
 const char *clattn__shape_str(const clattn_tensor *t, char *buf, size_t size);
 size_t clattn__batch_count(const clattn_tensor *t, int inner_dims);
+/* 1 when both views are the same cl_mem at the same offset (what in-place ops accept). */
 int clattn__same_view(const clattn_tensor *a, const clattn_tensor *b);
-/* 1 when two views share a buffer and their element ranges intersect. */
+/* 1 when two checked views share bytes: sub-buffers are resolved to their root buffer and origin,
+ * and buffers over the application's memory (CL_MEM_USE_HOST_PTR) compare host addresses. */
 int clattn__overlaps(const clattn_tensor *a, const clattn_tensor *b);
+/* A tensor argument and its name for messages; t NULL = absent. */
+typedef struct {
+    const clattn_tensor *t;
+    const char *name;
+} clattn_arg;
+/* Fails naming both when an output overlaps an input or another output. All checked views. */
+clattn_status clattn__check_no_overlap(clattn_context *ctx, const clattn_arg *outs, int nouts,
+                                       const clattn_arg *ins, int nins);
 
 /* ---- programs and launches (program.c) ---- */
 /* Returns the kernel `name` of `file` built with the tuning defines `defines` ("-D A=1 ..."). */

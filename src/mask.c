@@ -1,5 +1,6 @@
 /* Mask checks and resolution to kernel arguments (see clattn_mask in clattn.h). */
 #include "mask.h"
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,16 +15,16 @@ static clattn_status resolve_tensor_mask(clattn_context *ctx, const clattn_tenso
     clattn_status st = CLATTN_SUCCESS;
     char shape[96];
     int s[4] = {0, 0, 0, 0};
-    CHECK_ST(clattn__check_tensor(ctx, mt, "mask.mask", CLATTN_INT32, 1, 4));
+    CHECK_ST(clattn__check_tensor(ctx, mt, name, CLATTN_INT32, 1, 4));
     CHECK(ctx, mt->ndim <= rank, CLATTN_ERROR_SHAPE_MISMATCH,
-          "%s.mask: shape %s has more dims than the scores (%d)", name,
+          "%s: shape %s has more dims than the scores (%d)", name,
           clattn__shape_str(mt, shape, sizeof shape), rank);
     size_t stride = 1;
     for (int i = mt->ndim - 1; i >= 0; i--) {
         int axis = rank - mt->ndim + i;
         size_t want = sdims[axis];
         CHECK(ctx, mt->dims[i] == 1 || mt->dims[i] == want, CLATTN_ERROR_SHAPE_MISMATCH,
-              "%s.mask: shape %s does not broadcast to the scores: dim %d is %zu, expected 1 or %zu",
+              "%s: shape %s does not broadcast to the scores: dim %d is %zu, expected 1 or %zu",
               name, clattn__shape_str(mt, shape, sizeof shape), i, mt->dims[i], want);
         s[slot_of[rank][axis]] = mt->dims[i] == 1 ? 0 : (int)stride;
         stride *= mt->dims[i];
@@ -44,12 +45,12 @@ static clattn_status check_lens_shape(clattn_context *ctx, int ndim, const size_
     clattn_status st = CLATTN_SUCCESS;
     char second[32] = "";
     CHECK(ctx, ndim == 1 || ndim == 2, CLATTN_ERROR_SHAPE_MISMATCH,
-          "%s.valid_lens: rank %d, expected 1 (B) or 2 (B, Q)", name, ndim);
+          "%s: rank %d, expected 1 (B) or 2 (B, Q)", name, ndim);
     if (ndim == 2)
         snprintf(second, sizeof second, ", %zu", dims[1]);
     CHECK(ctx, dims[0] == (size_t)o->D0 && (ndim == 1 || dims[1] == (size_t)o->Q),
           CLATTN_ERROR_SHAPE_MISMATCH,
-          "%s.valid_lens: shape (%zu%s), expected (%d) or (%d, %d) for these scores", name,
+          "%s: shape (%zu%s), expected (%d) or (%d, %d) for these scores", name,
           dims[0], ndim == 2 ? second : "", o->D0, o->D0, o->Q);
 fail:
     return st;
@@ -61,7 +62,7 @@ static clattn_status check_lens_values(clattn_context *ctx, const int *v, size_t
     clattn_status st = CLATTN_SUCCESS;
     for (size_t i = 0; i < n; i++)
         CHECK(ctx, v[i] >= 0 && v[i] <= K, CLATTN_ERROR_INVALID_ARGUMENT,
-              "%s.valid_lens[%zu] = %d is outside [0, K = %d]", name, i, v[i], K);
+              "%s[%zu] = %d is outside [0, K = %d]", name, i, v[i], K);
 fail:
     return st;
 }
@@ -70,20 +71,26 @@ static clattn_status resolve_device_lens(clattn_context *ctx, const clattn_tenso
                                          const char *name, clattn_mask_args *o)
 {
     clattn_status st = CLATTN_SUCCESS;
-    int *host = NULL;
-    CHECK_ST(clattn__check_tensor(ctx, t, "mask.valid_lens", CLATTN_INT32, 1, 2));
+    CHECK_ST(clattn__check_tensor(ctx, t, name, CLATTN_INT32, 1, 2));
     CHECK_ST(check_lens_shape(ctx, t->ndim, t->dims, o, name));
-    if (ctx->sync) { /* debug mode may block: check the values the kernels would clamp */
-        size_t n = clattn_tensor_numel(t);
-        host = malloc(n * sizeof *host);
-        CHECK(ctx, host, CLATTN_ERROR_OUT_OF_MEMORY, "out of host memory");
-        CHECK_CL(ctx, clEnqueueReadBuffer(ctx->queue, t->buf, CL_TRUE, t->offset * 4, n * 4, host,
-                                          0, NULL, NULL), "reading valid_lens (CLATTN_SYNC)");
-        CHECK_ST(check_lens_values(ctx, host, n, o->K, name));
-    }
     o->lens = t->buf;
     o->lens_off = (int)t->offset;
     o->lens_mode = t->ndim;
+fail:
+    return st;
+}
+
+/* Debug mode may block: reads the values the kernels would clamp and checks them. */
+static clattn_status check_device_lens(clattn_context *ctx, const clattn_tensor *t,
+                                       const char *name, int K)
+{
+    clattn_status st = CLATTN_SUCCESS;
+    size_t n = clattn_tensor_numel(t);
+    int *host = malloc(n * sizeof *host);
+    CHECK(ctx, host, CLATTN_ERROR_OUT_OF_MEMORY, "out of host memory");
+    CHECK_CL(ctx, clEnqueueReadBuffer(ctx->queue, t->buf, CL_TRUE, t->offset * 4, n * 4, host, 0,
+                                      NULL, NULL), "reading valid_lens (CLATTN_SYNC)");
+    CHECK_ST(check_lens_values(ctx, host, n, K, name));
 fail:
     free(host);
     return st;
@@ -109,12 +116,34 @@ fail:
     return st;
 }
 
+/* Checks the mask's tensors and the fill, and points o at the tensors. */
+static clattn_status resolve_parts(clattn_context *ctx, const clattn_mask *m, int rank,
+                                   const size_t *sdims, const char *name, const char *lens_name,
+                                   const char *mask_name, clattn_mask_args *o)
+{
+    clattn_status st = CLATTN_SUCCESS;
+    /* -inf is PyTorch's usual masked_fill value; NaN or +inf would make every blocked row NaN. */
+    CHECK(ctx, !isnan(m->fill) && m->fill != INFINITY, CLATTN_ERROR_INVALID_ARGUMENT,
+          "%s.fill = %g: must be finite or -INFINITY", name, (double)m->fill);
+    o->fill = m->fill != 0.0f ? m->fill : CLATTN_DEFAULT_FILL;
+    o->causal = m->causal != 0;
+    CHECK(ctx, !(m->valid_lens && m->valid_lens_host), CLATTN_ERROR_INVALID_ARGUMENT,
+          "%s: give valid_lens or valid_lens_host, not both", name);
+    if (m->valid_lens)
+        CHECK_ST(resolve_device_lens(ctx, m->valid_lens, lens_name, o));
+    if (m->mask)
+        CHECK_ST(resolve_tensor_mask(ctx, m->mask, rank, sdims, mask_name, o));
+fail:
+    return st;
+}
+
 clattn_status clattn__resolve_mask_dims(clattn_context *ctx, const clattn_mask *m, int rank,
                                         const size_t *sdims, const char *name,
-                                        clattn_mask_args *o)
+                                        const clattn_arg *outs, int nouts, clattn_mask_args *o)
 {
     clattn_status st = CLATTN_SUCCESS;
     size_t d4[4] = {1, 1, 1, 1};
+    char lens_name[96], mask_name[96];
     memset(o, 0, sizeof *o);
     for (int i = 0; i < rank; i++)
         d4[slot_of[rank][i]] = sdims[i];
@@ -125,25 +154,24 @@ clattn_status clattn__resolve_mask_dims(clattn_context *ctx, const clattn_mask *
     o->fill = CLATTN_DEFAULT_FILL;
     if (!m)
         return CLATTN_SUCCESS;
-    o->fill = m->fill != 0.0f ? m->fill : CLATTN_DEFAULT_FILL;
-    o->causal = m->causal != 0;
-    CHECK(ctx, !(m->valid_lens && m->valid_lens_host), CLATTN_ERROR_INVALID_ARGUMENT,
-          "%s: give valid_lens or valid_lens_host, not both", name);
-    if (m->valid_lens)
-        CHECK_ST(resolve_device_lens(ctx, m->valid_lens, name, o));
-    if (m->mask)
-        CHECK_ST(resolve_tensor_mask(ctx, m->mask, rank, sdims, name, o));
+    snprintf(lens_name, sizeof lens_name, "%s.valid_lens", name);
+    snprintf(mask_name, sizeof mask_name, "%s.mask", name);
+    CHECK_ST(resolve_parts(ctx, m, rank, sdims, name, lens_name, mask_name, o));
+    const clattn_arg ins[2] = {{m->valid_lens, lens_name}, {m->mask, mask_name}};
+    CHECK_ST(clattn__check_no_overlap(ctx, outs, nouts, ins, 2));
+    if (m->valid_lens && ctx->sync)
+        CHECK_ST(check_device_lens(ctx, m->valid_lens, lens_name, o->K));
     if (m->valid_lens_host) /* last: nothing to release when an earlier check fails */
-        CHECK_ST(resolve_host_lens(ctx, m, name, o));
+        CHECK_ST(resolve_host_lens(ctx, m, lens_name, o));
 fail:
     return st;
 }
 
 clattn_status clattn__resolve_mask(clattn_context *ctx, const clattn_mask *m,
                                    const clattn_tensor *scores, const char *name,
-                                   clattn_mask_args *o)
+                                   const clattn_arg *outs, int nouts, clattn_mask_args *o)
 {
-    return clattn__resolve_mask_dims(ctx, m, scores->ndim, scores->dims, name, o);
+    return clattn__resolve_mask_dims(ctx, m, scores->ndim, scores->dims, name, outs, nouts, o);
 }
 
 void clattn__mask_release(clattn_mask_args *m)

@@ -15,15 +15,16 @@ typedef struct {
     cl_mem owned_lens; /* uploaded host lengths; release with clattn__mask_release */
 } clattn_mask_args;
 
-/* Checks mask against a score tensor of shape (.., Q, K) (rank 1-4) and fills *out. Host lengths
- * are uploaded into a new small buffer (no host sync). name is used in messages. */
+/* Checks mask against a score tensor of shape (.., Q, K) (rank 1-4) and its tensors against the
+ * op's outputs (none may overlap them), and fills *out. Host lengths are uploaded into a new small
+ * buffer (no host sync). name is the mask's full name in messages ("mask", "opts.mask"). */
 clattn_status clattn__resolve_mask(clattn_context *ctx, const clattn_mask *mask,
                                    const clattn_tensor *scores, const char *name,
-                                   clattn_mask_args *out);
+                                   const clattn_arg *outs, int nouts, clattn_mask_args *out);
 /* Same, for a score shape given directly (attention ops have no score tensor). */
 clattn_status clattn__resolve_mask_dims(clattn_context *ctx, const clattn_mask *mask, int score_rank,
                                         const size_t *score_dims, const char *name,
-                                        clattn_mask_args *out);
+                                        const clattn_arg *outs, int nouts, clattn_mask_args *out);
 /* Drops the uploaded lengths (the device frees them once queued kernels are done). */
 void clattn__mask_release(clattn_mask_args *m);
 

@@ -21,12 +21,6 @@ static operand describe(const clattn_tensor *t, int trans)
     return o;
 }
 
-static int overlaps(const clattn_tensor *a, const clattn_tensor *b)
-{
-    return a->buf == b->buf && a->offset < b->offset + clattn_tensor_numel(b) &&
-           b->offset < a->offset + clattn_tensor_numel(a);
-}
-
 static clattn_status check_batch(clattn_context *ctx, const clattn_tensor *x, const char *name,
                                  const clattn_tensor *C)
 {
@@ -61,8 +55,8 @@ static clattn_status check_matmul(clattn_context *ctx, const clattn_tensor *A, i
           clattn__shape_str(A, s1, sizeof s1), clattn__shape_str(B, s2, sizeof s2));
     CHECK_ST(check_batch(ctx, A, "A", C));
     CHECK_ST(check_batch(ctx, B, "B", C));
-    CHECK(ctx, !overlaps(C, A) && !overlaps(C, B), CLATTN_ERROR_INVALID_ARGUMENT,
-          "C: overlaps A or B in the same buffer");
+    const clattn_arg outs[1] = {{C, "C"}}, ins[2] = {{A, "A"}, {B, "B"}};
+    CHECK_ST(clattn__check_no_overlap(ctx, outs, 1, ins, 2));
 fail:
     return st;
 }
@@ -104,8 +98,8 @@ clattn_status clattn_linear(clattn_context *ctx, const clattn_tensor *x, const c
     size_t d2x[2] = {rows, in}, d2y[2] = {rows, out};
     clattn_tensor x2 = clattn_view(x->buf, CLATTN_FLOAT32, x->offset, 2, d2x);
     clattn_tensor y2 = clattn_view(y->buf, CLATTN_FLOAT32, y->offset, 2, d2y);
-    CHECK(ctx, !overlaps(&y2, &x2) && !overlaps(&y2, W) && !(bias && overlaps(&y2, bias)),
-          CLATTN_ERROR_INVALID_ARGUMENT, "y: overlaps x, W or bias in the same buffer");
+    const clattn_arg outs[1] = {{y, "y"}}, ins[3] = {{x, "x"}, {W, "W"}, {bias, "bias"}};
+    CHECK_ST(clattn__check_no_overlap(ctx, outs, 1, ins, 3));
     CHECK_ST(clattn__enqueue_matmul(ctx, &x2, 0, W, 1, 1.0f, 0.0f, bias, &y2));
 fail:
     return st;

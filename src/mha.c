@@ -53,11 +53,12 @@ static clattn_status check_mha(clattn_context *ctx, const clattn_tensor *q, cons
               CLATTN_ERROR_SHAPE_MISMATCH, "weights: shape %s, expected (%zu, %zu, %zu, %zu)",
               clattn__shape_str(weights, s1, sizeof s1), B, H, nq, nk);
     }
-    const clattn_tensor *outs[2] = {out, weights};
-    const clattn_tensor *ins[11] = {q, k, v, w->W_q, w->W_k, w->W_v, w->W_o,
-                                    w->b_q, w->b_k, w->b_v, w->b_o};
-    const char *names[2] = {"out", "weights"};
-    CHECK_ST(clattn__check_no_overlap(ctx, outs, names, 2, ins, 11));
+    const clattn_arg outs[2] = {{out, "out"}, {weights, "weights"}};
+    const clattn_arg ins[11] = {{q, "queries"}, {k, "keys"},   {v, "values"},   {w->W_q, "w.W_q"},
+                                {w->W_k, "w.W_k"}, {w->W_v, "w.W_v"}, {w->W_o, "w.W_o"},
+                                {w->b_q, "w.b_q"}, {w->b_k, "w.b_k"}, {w->b_v, "w.b_v"},
+                                {w->b_o, "w.b_o"}};
+    CHECK_ST(clattn__check_no_overlap(ctx, outs, 2, ins, 11));
 fail:
     return st;
 }
@@ -138,7 +139,8 @@ clattn_status clattn_multihead_attention(clattn_context *ctx, const clattn_tenso
     float scale = (float)(1.0 / sqrt((double)dh));
     size_t sdims[4] = {B, H, nq, nk};
     const clattn_dropout_params *drop;
-    CHECK_ST(clattn__resolve_opts(ctx, opts, 4, sdims, &m, &drop));
+    const clattn_arg outs[2] = {{out, "out"}, {weights, "weights"}};
+    CHECK_ST(clattn__resolve_opts(ctx, opts, 4, sdims, outs, 2, &m, &drop));
     CHECK_ST(clattn__tune(ctx, "attention", &att));
     int fused = !weights && clattn__flash_supports(&att, dh, dh);
     mha_layout l = layout(B, nq, nk, hid, fused);

@@ -17,11 +17,11 @@ clattn_status clattn_masked_softmax(clattn_context *ctx, const clattn_tensor *sc
                    memcmp(scores->dims, out->dims, sizeof(size_t) * (size_t)out->ndim) == 0,
           CLATTN_ERROR_SHAPE_MISMATCH, "out: shape %s, expected the scores' shape %s",
           clattn__shape_str(out, s1, sizeof s1), clattn__shape_str(scores, s2, sizeof s2));
-    CHECK(ctx, out->buf != scores->buf || clattn__same_view(out, scores) ||
-                   out->offset >= scores->offset + clattn_tensor_numel(scores) ||
-                   scores->offset >= out->offset + clattn_tensor_numel(out),
-          CLATTN_ERROR_INVALID_ARGUMENT, "out: overlaps scores without being the same view");
-    CHECK_ST(clattn__resolve_mask(ctx, mask, scores, "mask", &m));
+    CHECK(ctx, clattn__same_view(out, scores) || !clattn__overlaps(out, scores),
+          CLATTN_ERROR_INVALID_ARGUMENT,
+          "out: overlaps scores without being the same view (in place: the same buf and offset)");
+    const clattn_arg outs[1] = {{out, "out"}};
+    CHECK_ST(clattn__resolve_mask(ctx, mask, scores, "mask", outs, 1, &m));
     CHECK_ST(clattn__tune(ctx, "softmax", &tune));
     CHECK_ST(clattn__enqueue_softmax(ctx, &tune, scores, &m, out));
 fail:

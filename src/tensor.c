@@ -1,6 +1,7 @@
 /* Tensor views: validation and host <-> device helpers. */
 #include "internal.h"
 #include <limits.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -52,28 +53,91 @@ int clattn__same_view(const clattn_tensor *a, const clattn_tensor *b)
     return a->buf == b->buf && a->offset == b->offset;
 }
 
+/* The bytes a view covers, in the storage that holds them: a sub-buffer's bytes are its root
+ * buffer's from the origin on; a buffer over application memory (CL_MEM_USE_HOST_PTR) is that
+ * memory, so two such buffers over the same array alias too (space NULL, host addresses). */
+typedef struct {
+    const void *space;
+    uintptr_t begin, end;
+} byte_span;
+
+static byte_span span_of(const clattn_tensor *t)
+{
+    cl_mem m = t->buf, parent = NULL;
+    size_t origin = 0;
+    cl_mem_flags flags = 0;
+    void *host = NULL;
+    byte_span s = {NULL, (uintptr_t)t->offset * 4, 0};
+    /* OpenCL 1.2 has no sub-buffers of sub-buffers, but later versions might: follow the chain. */
+    for (int depth = 0; depth < 16; depth++) {
+        if (clGetMemObjectInfo(m, CL_MEM_ASSOCIATED_MEMOBJECT, sizeof parent, &parent, NULL) !=
+                CL_SUCCESS || !parent ||
+            clGetMemObjectInfo(m, CL_MEM_OFFSET, sizeof origin, &origin, NULL) != CL_SUCCESS)
+            break;
+        s.begin += origin;
+        m = parent;
+    }
+    s.space = m;
+    if (clGetMemObjectInfo(m, CL_MEM_FLAGS, sizeof flags, &flags, NULL) == CL_SUCCESS &&
+        (flags & CL_MEM_USE_HOST_PTR) &&
+        clGetMemObjectInfo(m, CL_MEM_HOST_PTR, sizeof host, &host, NULL) == CL_SUCCESS && host) {
+        s.space = NULL;
+        s.begin += (uintptr_t)host;
+    }
+    s.end = s.begin + (uintptr_t)clattn_tensor_numel(t) * 4;
+    return s;
+}
+
 int clattn__overlaps(const clattn_tensor *a, const clattn_tensor *b)
 {
-    return a->buf == b->buf && a->offset < b->offset + clattn_tensor_numel(b) &&
-           b->offset < a->offset + clattn_tensor_numel(a);
+    if (a->buf == b->buf) /* the common case needs no queries */
+        return a->offset < b->offset + clattn_tensor_numel(b) &&
+               b->offset < a->offset + clattn_tensor_numel(a);
+    byte_span x = span_of(a), y = span_of(b);
+    return x.space == y.space && x.begin < y.end && y.begin < x.end;
+}
+
+clattn_status clattn__check_no_overlap(clattn_context *ctx, const clattn_arg *outs, int nouts,
+                                       const clattn_arg *ins, int nins)
+{
+    clattn_status st = CLATTN_SUCCESS;
+    for (int i = 0; i < nouts; i++) {
+        if (!outs[i].t)
+            continue;
+        for (int j = 0; j < nins; j++)
+            CHECK(ctx, !ins[j].t || !clattn__overlaps(outs[i].t, ins[j].t),
+                  CLATTN_ERROR_INVALID_ARGUMENT, "%s: overlaps %s", outs[i].name, ins[j].name);
+        for (int j = i + 1; j < nouts; j++)
+            CHECK(ctx, !outs[j].t || !clattn__overlaps(outs[i].t, outs[j].t),
+                  CLATTN_ERROR_INVALID_ARGUMENT, "%s: overlaps %s", outs[i].name, outs[j].name);
+    }
+fail:
+    return st;
 }
 
 /* Kernels index with 32-bit ints (fast on GPUs); views must stay below this many elements. */
 #define MAX_ELEMENTS ((size_t)INT_MAX)
+
+static const char *dtype_name(clattn_dtype d)
+{
+    return d == CLATTN_FLOAT32 ? "float32" : d == CLATTN_INT32 ? "int32" : "unknown";
+}
 
 clattn_status clattn__check_tensor(clattn_context *ctx, const clattn_tensor *t, const char *name,
                                    clattn_dtype dtype, int min_rank, int max_rank)
 {
     clattn_status st = CLATTN_SUCCESS;
     size_t bytes = 0, n = 1;
+    cl_context owner = NULL;
     char shape[96];
     CHECK(ctx, t, CLATTN_ERROR_INVALID_ARGUMENT, "%s: NULL tensor", name);
     CHECK(ctx, t->buf, CLATTN_ERROR_INVALID_ARGUMENT, "%s: tensor has no buffer (buf is NULL)", name);
     CHECK(ctx, t->ndim >= min_rank && t->ndim <= max_rank, CLATTN_ERROR_SHAPE_MISMATCH,
           "%s: rank %d, expected %d to %d dims", name, t->ndim, min_rank, max_rank);
+    CHECK(ctx, t->dtype == CLATTN_FLOAT32 || t->dtype == CLATTN_INT32, CLATTN_ERROR_INVALID_TENSOR,
+          "%s: dtype %d is unknown (CLATTN_FLOAT32 = 0, CLATTN_INT32 = 1)", name, (int)t->dtype);
     CHECK(ctx, t->dtype == dtype, CLATTN_ERROR_INVALID_TENSOR, "%s: dtype %s, expected %s", name,
-          t->dtype == CLATTN_INT32 ? "int32" : t->dtype == CLATTN_FLOAT32 ? "float32" : "unknown",
-          dtype == CLATTN_INT32 ? "int32" : "float32");
+          dtype_name(t->dtype), dtype_name(dtype));
     for (int i = 0; i < t->ndim; i++) {
         CHECK(ctx, t->dims[i] > 0, CLATTN_ERROR_SHAPE_MISMATCH, "%s: shape %s has a zero-size dim",
               name, clattn__shape_str(t, shape, sizeof shape));
@@ -84,6 +148,10 @@ clattn_status clattn__check_tensor(clattn_context *ctx, const clattn_tensor *t, 
     }
     CHECK(ctx, t->offset <= MAX_ELEMENTS - n, CLATTN_ERROR_INVALID_TENSOR,
           "%s: offset %zu + %zu elements exceeds %zu", name, t->offset, n, MAX_ELEMENTS);
+    /* Another context's buffer would fail later, in an enqueue that cannot name it. */
+    CHECK_CL(ctx, clGetMemObjectInfo(t->buf, CL_MEM_CONTEXT, sizeof owner, &owner, NULL), name);
+    CHECK(ctx, owner == ctx->cl, CLATTN_ERROR_INVALID_TENSOR,
+          "%s: buffer belongs to another OpenCL context than this clattn context's", name);
     CHECK_CL(ctx, clGetMemObjectInfo(t->buf, CL_MEM_SIZE, sizeof bytes, &bytes, NULL), name);
     CHECK(ctx, (t->offset + n) * 4 <= bytes, CLATTN_ERROR_INVALID_TENSOR,
           "%s: view of %zu elements at offset %zu needs %zu bytes, buffer has %zu", name, n,

@@ -22,7 +22,13 @@
 
 static clattn_tensor A, B, C, bias7, S, Y, Q, Kk, V, O, Wt, W4, Hd, X8, wv8, Wq, Wk, wv4, Wlin, Mq,
     Mk, Mv, Mo, lens3, mask_f, mask_i, small_buf, junk;
-static clattn_tensor *outputs[] = {&C, &Y, &O, &Wt, &W4, &Hd, &X8};
+/* Par: a parent buffer whose sub-buffer (sub, from element al on) holds outputs; hp_A and hp_C:
+ * two buffers over one host array (CL_MEM_USE_HOST_PTR), overlapping. */
+static clattn_tensor Par, hp_A, hp_C;
+static cl_mem sub, foreign;
+static size_t al;
+static float hp_host[64] __attribute__((aligned(128)));
+static clattn_tensor *outputs[] = {&C, &Y, &O, &Wt, &W4, &Hd, &X8, &Par, &hp_C};
 #define NOUT (sizeof outputs / sizeof outputs[0])
 static float *initial[NOUT];
 static cl_context other_cl;
@@ -33,6 +39,10 @@ static clattn_tensor a_rank1, a_rank5, a_past, a_zero, a_int, a_nobuf, a_huge, a
     b_small, b44, c_wrong, c_over_a, a3, b3_bad, c3, w_shape, w_rank3, bias_bad, y66, s_wrong,
     s_in_x8, y_overlap, s_scores_int, lens_dev_bad, mask_bad, heads_bad, x8_bad, wt_bad, w4_bad,
     o_bad, q_rank5, k_bad_d, v_bad_rows, wv_bad, wq_bad, mo_bad, ws_bad;
+/* Issue 9: overlaps through sub-buffers and masks, other contexts, unknown dtypes, full names. */
+static clattn_tensor p_a, sub_c, p_lens, sub_y, y_lens, y_mask, p_mask6, sub_o, sub_w4, p_lens100,
+    p_x, sub_y1, p_x8, sub_hd, sub_y66, p_bias6, sub_wt, p_wv8, foreign_a, foreign_i2, foreign_m5,
+    a_dtype7, c_dtype7, lens_float2, lens_rank3;
 
 static clattn_tensor mk(int ndim, const size_t *dims, float lo)
 {
@@ -50,6 +60,46 @@ static clattn_tensor mk(int ndim, const size_t *dims, float lo)
 static clattn_tensor view(const clattn_tensor *t, size_t offset, int ndim, const size_t *dims)
 {
     return clattn_view(t->buf, t->dtype, offset, ndim, dims);
+}
+
+static clattn_tensor in(cl_mem buf, clattn_dtype dt, size_t offset, int ndim, const size_t *dims)
+{
+    return clattn_view(buf, dt, offset, ndim, dims);
+}
+
+#define F32 CLATTN_FLOAT32
+#define I32 CLATTN_INT32
+
+/* Views over Par from element al on overlap views over sub (whose origin is al elements). */
+static void make_issue9_views(void)
+{
+    p_a = in(Par.buf, F32, al, 2, H_DIMS(6, 4));
+    sub_c = in(sub, F32, 0, 2, H_DIMS(6, 7));
+    p_lens = in(Par.buf, I32, al, 1, H_DIMS(2));
+    sub_y = in(sub, F32, 0, 3, H_DIMS(2, 3, 5));
+    y_lens = in(Y.buf, I32, 3, 1, H_DIMS(2));
+    y_mask = in(Y.buf, I32, 10, 1, H_DIMS(5));
+    p_mask6 = in(Par.buf, I32, al + 10, 1, H_DIMS(6));
+    sub_o = in(sub, F32, 0, 3, H_DIMS(2, 5, 3));
+    sub_w4 = in(sub, F32, 0, 4, H_DIMS(2, 2, 5, 6));
+    p_lens100 = in(Par.buf, I32, al + 100, 1, H_DIMS(2));
+    p_x = in(Par.buf, F32, al, 3, H_DIMS(2, 3, 5));
+    sub_y1 = in(sub, F32, 1, 3, H_DIMS(2, 3, 5));
+    p_x8 = in(Par.buf, F32, al, 3, H_DIMS(2, 5, 8));
+    sub_hd = in(sub, F32, 0, 3, H_DIMS(4, 5, 4));
+    sub_y66 = in(sub, F32, 0, 2, H_DIMS(6, 6));
+    p_bias6 = in(Par.buf, F32, al + 30, 1, H_DIMS(6));
+    sub_wt = in(sub, F32, 0, 3, H_DIMS(2, 5, 6));
+    p_wv8 = in(Par.buf, F32, al + 50, 1, H_DIMS(8));
+    foreign_a = in(foreign, F32, 0, 2, H_DIMS(6, 4));
+    foreign_i2 = in(foreign, I32, 0, 1, H_DIMS(2));
+    foreign_m5 = in(foreign, I32, 0, 1, H_DIMS(5));
+    a_dtype7 = A;
+    a_dtype7.dtype = (clattn_dtype)7;
+    c_dtype7 = C;
+    c_dtype7.dtype = (clattn_dtype)7;
+    lens_float2 = in(mask_f.buf, F32, 0, 1, H_DIMS(2));
+    lens_rank3 = in(lens3.buf, I32, 0, 3, H_DIMS(1, 1, 3));
 }
 
 static void make_bad_views(void)
@@ -96,6 +146,7 @@ static void make_bad_views(void)
     wq_bad = view(&Wq, 0, 2, H_DIMS(4, 7));
     mo_bad = view(&Mo, 0, 2, H_DIMS(3, 7));
     ws_bad = view(&Wt, 0, 3, H_DIMS(2, 5, 5));
+    make_issue9_views();
 }
 
 /* ---- argument bundles the cases point at ---- */
@@ -107,6 +158,11 @@ static clattn_dropout_params drop_neg, drop_big, drop_nan, drop_ok;
 static clattn_attention_opts opts_drop_bad, opts_lens_big;
 static clattn_additive_weights aw, aw_wq_bad, aw_wv_bad;
 static clattn_mha_weights mw, mw_heads, mw_wo_bad, mw_bias_bad, mw_zero_heads;
+static clattn_mask m_lens_p, m_lens_y, m_mask_y, m_fill_nan, m_fill_inf, m_foreign_mask;
+static clattn_attention_opts opts_mask_p, opts_lens_p, opts_lens_p100, opts_lens_float,
+    opts_mask_float, opts_lens_rank3, opts_fill_nan, opts_fill_inf, opts_foreign_lens;
+static clattn_params p_cache_long, p_kernel_long, p_sync2, p_sync_neg2;
+static char long_dir[5001];
 
 static clattn_mask host_lens(int *v, int ndim, size_t d0, size_t d1)
 {
@@ -116,6 +172,32 @@ static clattn_mask host_lens(int *v, int ndim, size_t d0, size_t d1)
     m.lens_dims[0] = d0;
     m.lens_dims[1] = d1;
     return m;
+}
+
+static void make_issue9_bundles(void)
+{
+    m_lens_p.valid_lens = &p_lens;
+    m_lens_y.valid_lens = &y_lens;
+    m_mask_y.mask = &y_mask;
+    m_fill_nan.fill = NAN;
+    m_fill_inf.fill = INFINITY;
+    m_foreign_mask.mask = &foreign_m5;
+    opts_mask_p.mask.mask = &p_mask6;
+    opts_lens_p.mask.valid_lens = &p_lens;
+    opts_lens_p100.mask.valid_lens = &p_lens100;
+    opts_lens_float.mask.valid_lens = &lens_float2;
+    opts_mask_float.mask.mask = &mask_f;
+    opts_lens_rank3.mask.valid_lens = &lens_rank3;
+    opts_fill_nan.mask.fill = NAN;
+    opts_fill_inf.mask.fill = INFINITY;
+    opts_foreign_lens.mask.valid_lens = &foreign_i2;
+    /* past PATH_MAX (test_settings checks the exact limits) */
+    memset(long_dir, 'd', sizeof long_dir - 1);
+    memcpy(long_dir, "/tmp/", 5);
+    p_cache_long.cache_dir = long_dir;
+    p_kernel_long.kernel_dir = long_dir;
+    p_sync2.sync = 2;
+    p_sync_neg2.sync = -2;
 }
 
 static void make_bundles(void)
@@ -159,6 +241,7 @@ static void make_bundles(void)
     mw_wo_bad.W_o = &mo_bad;
     mw_bias_bad = mw;
     mw_bias_bad.b_o = &bias_bad;
+    make_issue9_bundles();
 }
 
 /* ---- the cases ---- */
@@ -173,6 +256,31 @@ static clattn_status create_with(const char *device, const char *tuning)
     p.device = device;
     p.tuning = tuning;
     clattn_status st = clattn_context_create(&ctx_out, &p);
+    clattn_context_destroy(&ctx_out);
+    return st;
+}
+
+static clattn_status create_params(const clattn_params *p)
+{
+    clattn_status st = clattn_context_create(&ctx_out, p);
+    clattn_context_destroy(&ctx_out);
+    return st;
+}
+
+/* Context creation with one environment variable set. */
+static clattn_status create_env(const char *name, const char *value)
+{
+    setenv(name, value, 1);
+    clattn_status st = create_params(NULL);
+    unsetenv(name);
+    return st;
+}
+
+static clattn_status wrap_params(const clattn_params *p)
+{
+    clattn_status st = clattn_context_wrap(&ctx_out, clattn_context_cl(h_ctx),
+                                           clattn_context_device(h_ctx),
+                                           clattn_context_queue(h_ctx), p);
     clattn_context_destroy(&ctx_out);
     return st;
 }
@@ -210,6 +318,83 @@ static clattn_status wrap_with(cl_context c, cl_device_id d, cl_command_queue q)
     X(softmax_null_ctx, INVALID_ARGUMENT, "ctx", clattn_masked_softmax(NULL, &S, NULL, &Y))    \
     X(attention_null_ctx, INVALID_ARGUMENT, "ctx",                                             \
       clattn_dot_product_attention(NULL, &Q, &Kk, &V, NULL, &O, NULL))
+
+/* Issue 9: settings cut or misread. */
+#define CASES_SETTINGS(X)                                                                        \
+    X(create_cache_dir_too_long, INVALID_ARGUMENT, "params.cache_dir", create_params(&p_cache_long)) \
+    X(create_kernel_dir_too_long, INVALID_ARGUMENT, "params.kernel_dir",                         \
+      create_params(&p_kernel_long))                                                             \
+    X(create_env_cache_dir_too_long, INVALID_ARGUMENT, "CLATTN_CACHE_DIR: a directory of",       \
+      create_env("CLATTN_CACHE_DIR", long_dir))                                                  \
+    X(create_env_kernel_dir_too_long, INVALID_ARGUMENT, "CLATTN_KERNEL_DIR: a directory of",     \
+      create_env("CLATTN_KERNEL_DIR", long_dir))                                                 \
+    X(create_sync_2, INVALID_ARGUMENT, "params.sync = 2", create_params(&p_sync2))               \
+    X(wrap_sync_minus_2, INVALID_ARGUMENT, "params.sync = -2", wrap_params(&p_sync_neg2))        \
+    X(create_env_sync_bad, INVALID_ARGUMENT, "CLATTN_SYNC=sometimes",                            \
+      create_env("CLATTN_SYNC", "sometimes"))                                                    \
+    X(create_device_index_overflow, DEVICE_NOT_FOUND, "'4294967296:0' matches no device",        \
+      create_with("4294967296:0", NULL))
+
+/* Issue 9: overlaps through sub-buffers, host pointers and mask tensors; buffers of another
+ * context; unknown dtypes; mask fields named by their full path; fills. */
+#define CASES_ISSUE9(X)                                                                          \
+    X(matmul_c_subbuffer_of_a, INVALID_ARGUMENT, "C: overlaps A", clattn_matmul(CTX, &p_a, 0,   \
+      &B, 0, 1, 0, &sub_c))                                                                      \
+    X(matmul_c_host_alias_of_a, INVALID_ARGUMENT, "C: overlaps A", clattn_matmul(CTX, &hp_A, 0, \
+      &B, 0, 1, 0, &hp_C))                                                                       \
+    X(linear_y_subbuffer_over_bias, INVALID_ARGUMENT, "y: overlaps bias", clattn_linear(CTX,     \
+      &A, &Wlin, &p_bias6, &sub_y66))                                                            \
+    X(softmax_out_subbuffer_over_lens, INVALID_ARGUMENT, "out: overlaps mask.valid_lens",        \
+      clattn_masked_softmax(CTX, &S, &m_lens_p, &sub_y))                                         \
+    X(softmax_out_over_lens, INVALID_ARGUMENT, "out: overlaps mask.valid_lens",                  \
+      clattn_masked_softmax(CTX, &S, &m_lens_y, &Y))                                             \
+    X(softmax_out_over_mask, INVALID_ARGUMENT, "out: overlaps mask.mask",                        \
+      clattn_masked_softmax(CTX, &S, &m_mask_y, &Y))                                             \
+    X(softmax_out_subbuffer_aliases_scores, INVALID_ARGUMENT, "out: overlaps scores",            \
+      clattn_masked_softmax(CTX, &p_x, NULL, &sub_y))                                            \
+    X(dropout_y_subbuffer_over_x, INVALID_ARGUMENT, "y: overlaps x", clattn_dropout(CTX, &p_x,  \
+      &drop_ok, &sub_y1))                                                                        \
+    X(dropout_y_subbuffer_aliases_x, INVALID_ARGUMENT, "y: overlaps x", clattn_dropout(CTX,      \
+      &p_x, &drop_ok, &sub_y))                                                                   \
+    X(heads_out_subbuffer_over_x, INVALID_ARGUMENT, "out: overlaps x", clattn_transpose_qkv(CTX, \
+      &p_x8, 2, &sub_hd))                                                                        \
+    X(additive_scores_subbuffer_over_wv, INVALID_ARGUMENT, "scores: overlaps w_v",               \
+      clattn_additive_scores(CTX, &Q, &Kk, &p_wv8, &sub_wt))                                     \
+    X(attention_out_over_mask, INVALID_ARGUMENT, "out: overlaps opts.mask.mask",                 \
+      clattn_dot_product_attention(CTX, &Q, &Kk, &V, &opts_mask_p, &sub_o, NULL))                \
+    X(additive_out_over_lens, INVALID_ARGUMENT, "out: overlaps opts.mask.valid_lens",            \
+      clattn_additive_attention(CTX, &Q, &Kk, &V, &aw, &opts_lens_p, &sub_o, NULL))              \
+    X(mha_weights_over_lens, INVALID_ARGUMENT, "weights: overlaps opts.mask.valid_lens",         \
+      clattn_multihead_attention(CTX, &Q, &Kk, &V, &mw, &opts_lens_p100, &O, &sub_w4))           \
+    X(matmul_foreign_a, INVALID_TENSOR, "A: buffer belongs to another OpenCL context",           \
+      clattn_matmul(CTX, &foreign_a, 0, &B, 0, 1, 0, &C))                                        \
+    X(read_foreign, INVALID_TENSOR, "tensor: buffer belongs to another",                         \
+      clattn_tensor_read_blocking(CTX, &foreign_a, host))                                        \
+    X(softmax_foreign_mask, INVALID_TENSOR, "mask.mask: buffer belongs to another",              \
+      clattn_masked_softmax(CTX, &S, &m_foreign_mask, &Y))                                       \
+    X(attention_foreign_lens, INVALID_TENSOR, "opts.mask.valid_lens: buffer belongs to another", \
+      clattn_dot_product_attention(CTX, &Q, &Kk, &V, &opts_foreign_lens, &O, &Wt))              \
+    X(read_dtype7, INVALID_TENSOR, "tensor: dtype 7", clattn_tensor_read_blocking(CTX,           \
+      &c_dtype7, host))                                                                          \
+    X(write_dtype7, INVALID_TENSOR, "tensor: dtype 7", clattn_tensor_write_blocking(CTX,         \
+      &c_dtype7, host))                                                                          \
+    X(fill_dtype7, INVALID_TENSOR, "tensor: dtype 7", clattn_tensor_fill(CTX, &c_dtype7, 0.0f))  \
+    X(matmul_dtype7, INVALID_TENSOR, "A: dtype 7", clattn_matmul(CTX, &a_dtype7, 0, &B, 0, 1, 0, \
+      &C))                                                                                       \
+    X(attention_lens_dtype_name, INVALID_TENSOR, "opts.mask.valid_lens: dtype",                  \
+      clattn_dot_product_attention(CTX, &Q, &Kk, &V, &opts_lens_float, &O, &Wt))                 \
+    X(mha_mask_dtype_name, INVALID_TENSOR, "opts.mask.mask: dtype",                              \
+      clattn_multihead_attention(CTX, &Q, &Kk, &V, &mw, &opts_mask_float, &O, &W4))              \
+    X(additive_lens_rank_name, SHAPE_MISMATCH, "opts.mask.valid_lens: rank 3",                   \
+      clattn_additive_attention(CTX, &Q, &Kk, &V, &aw, &opts_lens_rank3, &O, &Wt))               \
+    X(softmax_fill_nan, INVALID_ARGUMENT, "mask.fill = nan", clattn_masked_softmax(CTX, &S,      \
+      &m_fill_nan, &Y))                                                                          \
+    X(softmax_fill_inf, INVALID_ARGUMENT, "mask.fill = inf", clattn_masked_softmax(CTX, &S,      \
+      &m_fill_inf, &Y))                                                                          \
+    X(attention_fill_nan, INVALID_ARGUMENT, "opts.mask.fill = nan",                              \
+      clattn_dot_product_attention(CTX, &Q, &Kk, &V, &opts_fill_nan, &O, NULL))                  \
+    X(mha_fill_inf, INVALID_ARGUMENT, "opts.mask.fill = inf", clattn_multihead_attention(CTX,    \
+      &Q, &Kk, &V, &mw, &opts_fill_inf, &O, NULL))
 
 #define CASES(X)                                                                                 \
     /* tensor helpers */                                                                         \
@@ -364,10 +549,13 @@ typedef struct {
 #define DEFINE(id, st, needle, ...) \
     static clattn_status id(void) { return __VA_ARGS__; }
 CASES_NO_CTX(DEFINE)
+CASES_SETTINGS(DEFINE)
 CASES(DEFINE)
+CASES_ISSUE9(DEFINE)
 #define ENTRY_NO_CTX(id, st, needle, ...) {#id, CLATTN_ERROR_##st, needle, 0, id},
 #define ENTRY(id, st, needle, ...) {#id, CLATTN_ERROR_##st, needle, 1, id},
-static const bad_case cases[] = {CASES_NO_CTX(ENTRY_NO_CTX) CASES(ENTRY)};
+static const bad_case cases[] = {CASES_NO_CTX(ENTRY_NO_CTX) CASES_SETTINGS(ENTRY_NO_CTX)
+                                     CASES(ENTRY) CASES_ISSUE9(ENTRY)};
 #define NCASES (sizeof cases / sizeof cases[0])
 #define CLATTN_ERR_SIZE_FOR_TEST 16384
 
@@ -494,7 +682,47 @@ static void test_count_sees_enqueues(void **s)
     assert_int_equal(clattn_tensor_write_blocking(h_ctx, &C, initial[0]), CLATTN_SUCCESS);
 }
 
+/* Views that share a root buffer but no bytes are accepted: the sub-buffer's origin counts. C
+ * (sub, bytes [al*4, al*4 + 168) of Par) against A at Par's elements [0, 24): a check that ignored
+ * the origin would see both at offset 0. In-place through one cl_mem stays allowed. */
+static void test_disjoint_subbuffer_accepted(void **s)
+{
+    (void)s;
+    clattn_tensor a0 = clattn_view(Par.buf, CLATTN_FLOAT32, 0, 2, H_DIMS(6, 4));
+    clattn_tensor sy = clattn_view(sub, CLATTN_FLOAT32, 0, 3, H_DIMS(2, 3, 5));
+    if (clattn_matmul(h_ctx, &a0, 0, &B, 0, 1, 0, &sub_c) != CLATTN_SUCCESS)
+        fail_msg("%s", clattn_last_error(h_ctx));
+    if (clattn_masked_softmax(h_ctx, &sy, NULL, &sy) != CLATTN_SUCCESS)
+        fail_msg("%s", clattn_last_error(h_ctx));
+    assert_int_equal(clattn_tensor_write_blocking(h_ctx, &Par, initial[7]), CLATTN_SUCCESS);
+}
+
 /* ---- setup ---- */
+
+/* Par with a sub-buffer at the device's base address alignment, two buffers over one host array,
+ * a buffer of another OpenCL context. */
+static void make_issue9_buffers(void)
+{
+    cl_int err;
+    cl_uint align_bits = 0;
+    assert_int_equal(clGetDeviceInfo(DEV, CL_DEVICE_MEM_BASE_ADDR_ALIGN, sizeof align_bits,
+                                     &align_bits, NULL), CL_SUCCESS);
+    al = align_bits / 32; /* in floats */
+    Par = mk(1, H_DIMS(al + 160), 10);
+    cl_buffer_region r = {al * 4, 160 * 4};
+    sub = clCreateSubBuffer(Par.buf, CL_MEM_READ_WRITE, CL_BUFFER_CREATE_TYPE_REGION, &r, &err);
+    assert_int_equal(err, CL_SUCCESS);
+    h_fill(hp_host, 64, 10, 12);
+    cl_mem a = clCreateBuffer(CLCTX, CL_MEM_READ_WRITE | CL_MEM_USE_HOST_PTR, 24 * 4, hp_host, &err);
+    assert_int_equal(err, CL_SUCCESS);
+    cl_mem c = clCreateBuffer(CLCTX, CL_MEM_READ_WRITE | CL_MEM_USE_HOST_PTR, 42 * 4, hp_host + 16,
+                              &err);
+    assert_int_equal(err, CL_SUCCESS);
+    hp_A = clattn_view(a, CLATTN_FLOAT32, 0, 2, H_DIMS(6, 4));
+    hp_C = clattn_view(c, CLATTN_FLOAT32, 0, 2, H_DIMS(6, 7));
+    foreign = clCreateBuffer(other_cl, CL_MEM_READ_WRITE, 24 * 4, NULL, &err);
+    assert_int_equal(err, CL_SUCCESS);
+}
 
 static int setup(void **st)
 {
@@ -530,14 +758,15 @@ static int setup(void **st)
     int m4[4] = {1, 0, 1, 1};
     mask_i = h_tensor(CLATTN_INT32, 2, H_DIMS(2, 2), m4);
     small_buf = mk(1, H_DIMS(20), -1);
-    for (size_t i = 0; i < NOUT; i++)
-        initial[i] = h_read(outputs[i]);
-    make_bad_views();
-    make_bundles();
     other_cl = clCreateContext(NULL, 1, (cl_device_id[]){DEV}, NULL, NULL, &err);
     assert_int_equal(err, CL_SUCCESS);
     other_queue = clCreateCommandQueue(other_cl, DEV, 0, &err);
     assert_int_equal(err, CL_SUCCESS);
+    make_issue9_buffers();
+    for (size_t i = 0; i < NOUT; i++)
+        initial[i] = h_read(outputs[i]);
+    make_bad_views();
+    make_bundles();
     return 0;
 }
 
@@ -545,7 +774,9 @@ static int teardown(void **st)
 {
     clattn_tensor *all[] = {&A, &B, &C, &bias7, &S, &Y, &Q, &Kk, &V, &O, &Wt, &W4, &Hd, &X8,
                             &wv8, &Wq, &Wk, &wv4, &Wlin, &Mq, &Mk, &Mv, &Mo, &lens3, &mask_f, &mask_i,
-                            &small_buf, &junk};
+                            &small_buf, &junk, &Par, &hp_A, &hp_C};
+    clReleaseMemObject(sub);
+    clReleaseMemObject(foreign);
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         clattn_tensor_release(all[i]);
     for (size_t i = 0; i < NOUT; i++)
@@ -560,6 +791,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bad_inputs),
         cmocka_unit_test(test_count_sees_enqueues),
+        cmocka_unit_test(test_disjoint_subbuffer_accepted),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

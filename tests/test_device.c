@@ -50,6 +50,20 @@ static void test_indices(void **s)
     assert_int_equal(clattn__match_device("9:0", mixed, N_MIXED), -1);
 }
 
+/* Indices past INT_MAX match nothing: 4294967296 wrapped to 0 and selected 0:0. */
+static void test_index_overflow(void **s)
+{
+    (void)s;
+    assert_int_equal(clattn__match_device("4294967296:0", mixed, N_MIXED), -1);
+    assert_int_equal(clattn__match_device("4294967297:0", mixed, N_MIXED), -1);
+    assert_int_equal(clattn__match_device("1:4294967297", mixed, N_MIXED), -1);
+    assert_int_equal(clattn__match_device("2147483648:0", mixed, N_MIXED), -1);
+    assert_int_equal(clattn__match_device("18446744073709551616:0", mixed, N_MIXED), -1);
+    assert_int_equal(clattn__match_device("0:99999999999999999999999999", mixed, N_MIXED), -1);
+    assert_int_equal(clattn__match_device("000:0000", mixed, N_MIXED), 0); /* zeros are fine */
+    assert_int_equal(clattn__match_device("01:01", mixed, N_MIXED), 2);
+}
+
 static void test_substrings(void **s)
 {
     (void)s;
@@ -70,7 +84,8 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_default_prefers_gpu), cmocka_unit_test(test_types),
-        cmocka_unit_test(test_indices), cmocka_unit_test(test_substrings),
+        cmocka_unit_test(test_indices), cmocka_unit_test(test_index_overflow),
+        cmocka_unit_test(test_substrings),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -138,6 +138,39 @@ static void test_softmax_bad(void **s)
     clattn_tensor_release(&dlens);
 }
 
+/* fill = -INFINITY (PyTorch's usual masked_fill) is accepted: blocked keys get weight 0 exactly
+ * and the others the softmax over the open ones. NaN and +inf are refused (badinput). */
+static void test_fill_minus_infinity(void **s)
+{
+    (void)s;
+    enum { R = 4, K = 6 };
+    float x[R * K], y[R * K];
+    int lens[2] = {2, 6};
+    double ref[R * K];
+    h_fill(x, R * K, -3, 3);
+    clattn_tensor tx = h_tensor(CLATTN_FLOAT32, 3, H_DIMS(2, 2, K), x);
+    clattn_tensor ty = h_tensor(CLATTN_FLOAT32, 3, H_DIMS(2, 2, K), NULL);
+    clattn_mask m = {0};
+    m.valid_lens_host = lens;
+    m.lens_ndim = 1;
+    m.lens_dims[0] = 2;
+    m.fill = -INFINITY;
+    for (int r = 0; r < R; r++) {
+        int len = lens[r / 2];
+        double sum = 0;
+        for (int k = 0; k < len; k++)
+            sum += exp((double)x[r * K + k]);
+        for (int k = 0; k < K; k++)
+            ref[r * K + k] = k < len ? exp((double)x[r * K + k]) / sum : 0.0;
+    }
+    if (clattn_masked_softmax(h_ctx, &tx, &m, &ty) != CLATTN_SUCCESS)
+        fail_msg("%s", clattn_last_error(h_ctx));
+    assert_int_equal(clattn_tensor_read_blocking(h_ctx, &ty, y), CLATTN_SUCCESS);
+    h_assert_close(y, ref, R * K, 1e-5, 1e-7, "softmax with fill -inf");
+    clattn_tensor_release(&tx);
+    clattn_tensor_release(&ty);
+}
+
 static void test_bad_device_and_tuning(void **s)
 {
     (void)s;
@@ -174,7 +207,11 @@ static void test_build_failure(void **s)
     clattn_context *c = NULL;
     clattn_params p = {0};
     p.kernel_dir = dir;
-    assert_int_equal(clattn_context_create(&c, &p), CLATTN_SUCCESS);
+    /* wrapping h_ctx's OpenCL context lets c use the fixture tensors (a tensor of another
+     * context is refused) */
+    assert_int_equal(clattn_context_wrap(&c, clattn_context_cl(h_ctx), clattn_context_device(h_ctx),
+                                         clattn_context_queue(h_ctx), &p),
+                     CLATTN_SUCCESS);
     clattn_status st = clattn_masked_softmax(c, &S, NULL, &Y);
     assert_int_equal(st, CLATTN_ERROR_BUILD_FAILED);
     const char *msg = clattn_last_error(c);
@@ -197,6 +234,7 @@ int main(void)
         cmocka_unit_test(test_matmul_bad),   cmocka_unit_test(test_matmul_batch_mismatch),
         cmocka_unit_test(test_linear_bad),   cmocka_unit_test(test_softmax_bad),
         cmocka_unit_test(test_bad_device_and_tuning), cmocka_unit_test(test_build_failure),
+        cmocka_unit_test(test_fill_minus_infinity),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

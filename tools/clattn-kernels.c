@@ -59,10 +59,10 @@ static int emit(const clattn_context *ctx, const char *op, const char *file, con
 }
 
 /* Each op named in a CLATTN_TUNE-style string, resolved by the library's own clattn__tune. */
-static int emit_override(clattn_context *ctx, const char *tune)
+static int emit_override(clattn_context *ctx, char *tune)
 {
     int ok = 1;
-    snprintf(ctx->tuning, sizeof ctx->tuning, "%s", tune);
+    ctx->tuning = tune; /* clattn__tune reads the override from the context */
     for (const char *s = tune; *s;) {
         const char *comma = strchr(s, ','), *eq = strchr(s, '=');
         size_t n = comma ? (size_t)(comma - s) : strlen(s);
@@ -88,8 +88,10 @@ int main(int argc, char **argv)
 {
     static clattn_context ctx; /* only type, tuning and err are read */
     static clattn_variant_info v[MAX_LINES];
+    static char no_tuning[1];
     int ok = 1;
     ctx.type = CL_DEVICE_TYPE_GPU;
+    ctx.tuning = no_tuning;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--type") == 0 && i + 1 < argc) {
             const char *t = argv[++i];
