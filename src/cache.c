@@ -4,8 +4,9 @@
  * source, the build options, the platform name and version, the device name and vendor, the driver
  * version and clattn's version. Layout: 8-byte magic (with a format number), the key, the payload
  * size and the payload's FNV-1a, then the driver's program binary. A file that does not check out
- * or that the driver rejects is ignored and the program is built from source and saved again.
- * Only regular files are read, opened without blocking (a FIFO under a cache
+ * or that the driver rejects is ignored and the program is built from source and saved again; so is
+ * a binary that lacks a kernel an op needs (program.c), such as another program's binary with a
+ * rewritten header. Only regular files are read, opened without blocking (a FIFO under a cache
  * file's name would otherwise wait for a writer forever). Files are written to a temporary name
  * and renamed, so readers never see half a file; the directory and its missing parents are
  * created, and files and directories get the modes the umask leaves (0666 and 0777 masked), so
@@ -29,7 +30,7 @@ typedef struct {
     uint64_t key, size, sum;
 } file_header;
 
-static uint64_t fnv1a(uint64_t h, const void *data, size_t n)
+uint64_t clattn__fnv1a(uint64_t h, const void *data, size_t n)
 {
     const unsigned char *p = data;
     for (size_t i = 0; i < n; i++) {
@@ -42,12 +43,12 @@ static uint64_t fnv1a(uint64_t h, const void *data, size_t n)
 /* Hashes a string with its terminating NUL, so "ab"+"c" and "a"+"bc" differ. */
 static uint64_t fnv1a_str(uint64_t h, const char *s)
 {
-    return fnv1a(h, s, strlen(s) + 1);
+    return clattn__fnv1a(h, s, strlen(s) + 1);
 }
 
 uint64_t clattn__cache_key(const clattn_context *ctx, const char *src, const char *options)
 {
-    uint64_t h = 0xcbf29ce484222325ull;
+    uint64_t h = CLATTN_FNV_OFFSET;
     h = fnv1a_str(h, src);
     h = fnv1a_str(h, options);
     h = fnv1a_str(h, ctx->platform_name);
@@ -97,7 +98,7 @@ static unsigned char *read_entry(const clattn_context *ctx, uint64_t key, size_t
         h.key == key && h.size > 0 && h.size < ((uint64_t)1 << 31) &&
         (data = malloc((size_t)h.size + 1)) &&
         fread(data, 1, (size_t)h.size + 1, f) == h.size && /* + 1: nothing may follow */
-        fnv1a(0xcbf29ce484222325ull, data, (size_t)h.size) == h.sum) {
+        clattn__fnv1a(CLATTN_FNV_OFFSET, data, (size_t)h.size) == h.sum) {
         *size = (size_t)h.size;
     } else {
         free(data);
@@ -171,7 +172,7 @@ static void write_entry(const clattn_context *ctx, uint64_t key, const unsigned 
     memcpy(h.magic, magic, sizeof magic);
     h.key = key;
     h.size = size;
-    h.sum = fnv1a(0xcbf29ce484222325ull, data, size);
+    h.sum = clattn__fnv1a(CLATTN_FNV_OFFSET, data, size);
     if (!path || !(tmp = malloc(tsize)))
         goto fail;
     make_dirs(ctx->cache_dir);

@@ -7,24 +7,26 @@
 #include <stdint.h>
 
 #define CLATTN_ERR_SIZE 16384
-#define CLATTN_MAX_PROGRAMS 64
-#define CLATTN_MAX_KERNELS 128
 
 /* Scratch slots: each op layer owns one, so a module's intermediates (projections, heads) never
  * collide with the scores of the attention it calls or the packing buffers of its matmuls. */
 enum { CLATTN_SCRATCH_MODULE = 0, CLATTN_SCRATCH_ATTN, CLATTN_SCRATCH_OP, CLATTN_SCRATCH_COUNT };
 
+/* The program and kernel caches are arrays that grow without bound (a context builds a few dozen
+ * programs); lookups scan them comparing a 64-bit hash before the key string. */
 typedef struct {
-    char key[640]; /* "file.cl|options" */
+    char *key;          /* "file|options" (heap, never truncated) */
+    uint64_t hash;      /* FNV-1a of key */
     cl_program program;
+    int from_disk;      /* loaded from the disk cache: rebuilt from source if it lacks a kernel */
     uint64_t cache_key; /* disk cache (cache.c), when enabled */
     size_t cache_size;  /* binary size the cache file holds, 0 = none */
     cl_event pending;   /* the first launch of a kernel not yet in the cache file */
 } clattn_program_entry;
 
 typedef struct {
-    cl_program program;
-    char name[64];
+    cl_program program; /* a kernel of a program rebuilt from source keeps its old program */
+    char *name;         /* heap */
     cl_kernel kernel;
     int launched;
 } clattn_kernel_entry;
@@ -42,10 +44,10 @@ struct clattn_context {
     char tuning[512];
     char kernel_dir[512];
     char cache_dir[512];
-    clattn_program_entry programs[CLATTN_MAX_PROGRAMS];
-    int nprograms;
-    clattn_kernel_entry kernels[CLATTN_MAX_KERNELS];
-    int nkernels;
+    clattn_program_entry *programs;
+    int nprograms, programs_cap;
+    clattn_kernel_entry *kernels;
+    int nkernels, kernels_cap;
     cl_mem scratch[CLATTN_SCRATCH_COUNT];
     size_t scratch_bytes[CLATTN_SCRATCH_COUNT];
     int cache_hits, cache_writes; /* programs loaded from and written to the disk cache */
@@ -113,13 +115,17 @@ clattn_status clattn__launch(clattn_context *ctx, cl_kernel k, cl_uint dims, con
 clattn_status clattn__set_args(clattn_context *ctx, cl_kernel k, const char *what, ...);
 #define ARG(x) sizeof(x), (const void *)&(x)
 #define ARGS_END ((size_t)0)
-/* Builds the complete option string of a program (common options + tuning defines). */
-void clattn__build_options(const clattn_context *ctx, const char *defines, char *buf, size_t size);
+/* Builds the complete option string of a program (common options + tuning defines) into buf;
+ * returns its length, as snprintf does (>= size: it did not fit). */
+int clattn__build_options(const clattn_context *ctx, const char *defines, char *buf, size_t size);
 /* Embedded sources (generated kernels.c); NULL when unknown. */
 const char *clattn__embedded_source(const char *file);
 void clattn__release_programs(clattn_context *ctx);
 
 /* ---- program binary cache on disk (cache.c), used when ctx->cache_dir is set ---- */
+#define CLATTN_FNV_OFFSET 0xcbf29ce484222325ull
+/* FNV-1a 64 of n bytes, continuing from h (CLATTN_FNV_OFFSET to start). */
+uint64_t clattn__fnv1a(uint64_t h, const void *data, size_t n);
 /* FNV-1a 64 of the expanded source, the options, the platform, device and driver, and clattn. */
 uint64_t clattn__cache_key(const clattn_context *ctx, const char *src, const char *options);
 /* The program built from the file of key, or NULL when there is none or it is corrupt or stale.

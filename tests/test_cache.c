@@ -1,5 +1,5 @@
-/* The program binary cache on disk: a hit gives bitwise the same results, corrupt or stale
- * files are rebuilt and rewritten, FIFOs are not waited on, missing parent directories are
+/* The program binary cache on disk: a hit gives bitwise the same results, corrupt, stale or
+ * foreign files are rebuilt and rewritten, FIFOs are not waited on, missing parent directories are
  * created, modes follow the umask, and a directory that cannot be written is never an error. */
 #include "harness.h"
 #include "internal.h"
@@ -262,6 +262,33 @@ static void keys_of_run(uint64_t *matmul, uint64_t *softmax)
     clattn_context_destroy(&c);
 }
 
+/* The softmax program's file holds the matmul program's binary under a header rewritten for the
+ * softmax key (the checksum covers the payload, which is unchanged): it loads, but has no softmax
+ * kernel. The op builds the program from source, gives the right numbers and rewrites the file. */
+static void test_foreign_binary_is_rebuilt(void **s)
+{
+    (void)s;
+    uint64_t km, ks;
+    char pm[512], ps[512];
+    size_t nm, ns;
+    keys_of_run(&km, &ks);
+    file_path(km, pm, sizeof pm);
+    file_path(ks, ps, sizeof ps);
+    unsigned char *foreign = slurp(pm, &nm);
+    memcpy(foreign + 8, &ks, 8); /* the header: magic[8], key, size, checksum */
+    FILE *f = fopen(ps, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(foreign, 1, nm, f), nm);
+    fclose(f);
+    int files = for_each_file(NULL);
+    assert_int_equal(fresh_run(0), files - 1); /* every program but the softmax one */
+    unsigned char *rewritten = slurp(ps, &ns);
+    assert_true(ns != nm || memcmp(rewritten, foreign, nm) != 0);
+    assert_int_equal(fresh_run(0), files); /* and the rewritten file serves the next process */
+    free(foreign);
+    free(rewritten);
+}
+
 static void make_fifo(const char *path, int i)
 {
     (void)i;
@@ -365,6 +392,7 @@ int main(void)
         cmocka_unit_test(test_miss_then_hit),
         cmocka_unit_test(test_corrupt_files_are_rebuilt),
         cmocka_unit_test(test_stale_files_are_rebuilt),
+        cmocka_unit_test(test_foreign_binary_is_rebuilt),
         cmocka_unit_test(test_fifo_is_not_read),
         cmocka_unit_test(test_file_mode_follows_umask),
         cmocka_unit_test(test_missing_parents_are_created),
