@@ -48,6 +48,7 @@ struct clattn_context {
     int nprograms, programs_cap;
     clattn_kernel_entry *kernels;
     int nkernels, kernels_cap;
+    int dry_run; /* CHECK_DRY_RUN's first pass: build, set and size everything, enqueue nothing */
     cl_mem scratch[CLATTN_SCRATCH_COUNT];
     size_t scratch_bytes[CLATTN_SCRATCH_COUNT];
     int cache_hits, cache_writes; /* programs loaded from and written to the disk cache */
@@ -84,6 +85,21 @@ void clattn__clear_error(clattn_context *ctx);
         }                                          \
     } while (0)
 
+/* The first statement of every public op that enqueues: runs the whole op once as a dry run (its
+ * checks, every program built or loaded, every kernel argument set, scratch sized, nothing
+ * enqueued), then goes on for real, so an op that fails leaves its outputs untouched. `self` is
+ * the op's own call with its own arguments. */
+#define CHECK_DRY_RUN(ctx, self)                   \
+    do {                                           \
+        if ((ctx) && !(ctx)->dry_run) {            \
+            (ctx)->dry_run = 1;                    \
+            st = (self);                           \
+            (ctx)->dry_run = 0;                    \
+            if (st != CLATTN_SUCCESS)              \
+                goto fail;                         \
+        }                                          \
+    } while (0)
+
 /* Propagates a clattn_status. */
 #define CHECK_ST(expr)             \
     do {                           \
@@ -108,11 +124,15 @@ int clattn__overlaps(const clattn_tensor *a, const clattn_tensor *b);
 /* Returns the kernel `name` of `file` built with the tuning defines `defines` ("-D A=1 ..."). */
 clattn_status clattn__get_kernel(clattn_context *ctx, const char *file, const char *defines,
                                  const char *name, cl_kernel *out);
-/* Enqueues an NDRange; lws may be NULL. Honours sync mode. */
+/* Enqueues an NDRange; lws may be NULL. Honours sync mode. A dry run checks the work-group
+ * against the kernel's limit and enqueues nothing. */
 clattn_status clattn__launch(clattn_context *ctx, cl_kernel k, cl_uint dims, const size_t *gws,
                              const size_t *lws, const char *what);
 /* Sets kernel args from a list: pairs of (size, pointer), ended by size 0. */
 clattn_status clattn__set_args(clattn_context *ctx, cl_kernel k, const char *what, ...);
+/* Enqueues a buffer copy of `bytes` (nothing in a dry run). Honours sync mode. */
+clattn_status clattn__copy(clattn_context *ctx, cl_mem src, size_t src_bytes_off, cl_mem dst,
+                           size_t dst_bytes_off, size_t bytes, const char *what);
 #define ARG(x) sizeof(x), (const void *)&(x)
 #define ARGS_END ((size_t)0)
 /* Builds the complete option string of a program (common options + tuning defines) into buf;

@@ -369,6 +369,19 @@ void clattn__release_programs(clattn_context *ctx)
     ctx->nkernels = ctx->nprograms = ctx->kernels_cap = ctx->programs_cap = 0;
 }
 
+/* CLATTN_SYNC: waits for the queue after each command and reports its failure there. */
+static clattn_status finish_if_sync(clattn_context *ctx, const char *what)
+{
+    clattn_status st = CLATTN_SUCCESS;
+    char where[128];
+    if (ctx->sync) {
+        snprintf(where, sizeof where, "clFinish after %s (CLATTN_SYNC)", what);
+        CHECK_CL(ctx, clFinish(ctx->queue), where);
+    }
+fail:
+    return st;
+}
+
 clattn_status clattn__set_args(clattn_context *ctx, cl_kernel k, const char *what, ...)
 {
     clattn_status st = CLATTN_SUCCESS;
@@ -391,21 +404,56 @@ clattn_status clattn__set_args(clattn_context *ctx, cl_kernel k, const char *wha
     return st;
 }
 
+/* A dry run's stand-in for the checks clEnqueueNDRangeKernel makes on the work-group size. */
+static clattn_status check_group(clattn_context *ctx, cl_kernel k, cl_uint dims, const size_t *gws,
+                                 const size_t *lws, const char *what)
+{
+    clattn_status st = CLATTN_SUCCESS;
+    size_t items = 1, limit = 0;
+    for (cl_uint i = 0; lws && i < dims; i++) {
+        CHECK(ctx, lws[i] && gws[i] % lws[i] == 0, CLATTN_ERROR_INVALID_ARGUMENT,
+              "%s: local size %zu does not divide global size %zu in dimension %u", what, lws[i],
+              gws[i], i);
+        items *= lws[i];
+    }
+    CHECK_CL(ctx, clGetKernelWorkGroupInfo(k, ctx->device, CL_KERNEL_WORK_GROUP_SIZE, sizeof limit,
+                                           &limit, NULL), "clGetKernelWorkGroupInfo");
+    CHECK(ctx, items <= limit, CLATTN_ERROR_UNSUPPORTED,
+          "%s: a work-group of %zu items exceeds the kernel's limit of %zu on this device", what,
+          items, limit);
+fail:
+    return st;
+}
+
 clattn_status clattn__launch(clattn_context *ctx, cl_kernel k, cl_uint dims, const size_t *gws,
                              const size_t *lws, const char *what)
 {
     clattn_status st = CLATTN_SUCCESS;
     char where[128];
+    if (ctx->dry_run)
+        return check_group(ctx, k, dims, gws, lws, what);
     cl_event ev = NULL, *first = first_launch_event(ctx, k, &ev);
     snprintf(where, sizeof where, "clEnqueueNDRangeKernel(%s)", what);
     CHECK_CL(ctx, clEnqueueNDRangeKernel(ctx->queue, k, dims, NULL, gws, lws, 0, NULL, first),
              where);
     if (ev)
         note_first_launch(ctx, k, ev);
-    if (ctx->sync) {
-        snprintf(where, sizeof where, "clFinish after %s (CLATTN_SYNC)", what);
-        CHECK_CL(ctx, clFinish(ctx->queue), where);
-    }
+    CHECK_ST(finish_if_sync(ctx, what));
+fail:
+    return st;
+}
+
+clattn_status clattn__copy(clattn_context *ctx, cl_mem src, size_t src_bytes_off, cl_mem dst,
+                           size_t dst_bytes_off, size_t bytes, const char *what)
+{
+    clattn_status st = CLATTN_SUCCESS;
+    char where[128];
+    if (ctx->dry_run)
+        return CLATTN_SUCCESS;
+    snprintf(where, sizeof where, "clEnqueueCopyBuffer(%s)", what);
+    CHECK_CL(ctx, clEnqueueCopyBuffer(ctx->queue, src, dst, src_bytes_off, dst_bytes_off, bytes, 0,
+                                      NULL, NULL), where);
+    CHECK_ST(finish_if_sync(ctx, what));
 fail:
     return st;
 }

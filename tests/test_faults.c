@@ -1,5 +1,6 @@
 /* Faults: no OpenCL platform, a device spec that matches nothing, a kernel that fails to build, a
- * context with many programs, an allocation beyond the device, and CLATTN_SYNC. Each returns a status and a message, never
+ * program that cannot load (the op's outputs untouched), a context with many programs, an
+ * allocation beyond the device, and CLATTN_SYNC. Each returns a status and a message, never
  * crashes, and the context stays usable afterwards (checked by running a matmul on it). */
 #include "harness.h"
 #include "internal.h"
@@ -161,6 +162,8 @@ static void test_broken_kernel_keeps_context_usable(void **s)
     rmdir(dir);
 }
 
+/* ---- a program that cannot load: nothing enqueued, outputs untouched ---- */
+
 /* Copies every .cl file of the kernel dir but `skip` into a new temporary dir (mkdtemp of dir). */
 static void kernel_dir_without(char *dir, const char *skip)
 {
@@ -191,12 +194,67 @@ static void remove_dir(const char *dir)
     rmdir(dir);
 }
 
+enum { FB = 2, FQ = 3, FK = 4, FD = 5, FH = 6 };
+
 /* A tensor of c holding a copy of host (n floats). */
 static clattn_tensor make(clattn_context *c, int ndim, const size_t *dims, const float *host)
 {
     clattn_tensor t;
     assert_int_equal(clattn_tensor_create(c, CLATTN_FLOAT32, ndim, dims, host, &t), 0);
     return t;
+}
+
+/* Fails unless t still holds host's n floats, bit for bit. */
+static void assert_untouched(clattn_context *c, const clattn_tensor *t, const float *host,
+                             size_t n, const char *what)
+{
+    float got[FB * FQ * FK * FD];
+    assert_true(n <= sizeof got / sizeof got[0]);
+    assert_int_equal(clattn_tensor_read_blocking(c, t, got), CLATTN_SUCCESS);
+    if (memcmp(got, host, n * sizeof *got) != 0)
+        fail_msg("%s was written by an op that failed", what);
+}
+
+static void assert_io_error(clattn_context *c, clattn_status st)
+{
+    if (st != CLATTN_ERROR_IO || !strstr(clattn_last_error(c), "softmax.cl"))
+        fail_msg("status %d, expected CLATTN_ERROR_IO naming softmax.cl; message: %s", st,
+                 clattn_last_error(c));
+}
+
+/* softmax.cl is missing: every op that needs it fails with CLATTN_ERROR_IO before it enqueues its
+ * GEMMs or scores, so out and weights keep their bytes. */
+static void test_missing_program_leaves_outputs(void **s)
+{
+    (void)s;
+    char dir[] = "/tmp/clattn-nosoftmax-XXXXXX";
+    float x[FB * FK * FH], o[FB * FQ * FD], w[FB * FQ * FK], p[FH * FH];
+    h_fill(x, FB * FK * FH, -1, 1);
+    h_fill(o, FB * FQ * FD, 7, 8);
+    h_fill(w, FB * FQ * FK, 7, 8);
+    h_fill(p, FH * FH, -1, 1);
+    kernel_dir_without(dir, "softmax.cl");
+    clattn_context *c = ctx_with_kernel_dir(dir);
+    clattn_tensor q = make(c, 3, H_DIMS(FB, FQ, FD), x), k = make(c, 3, H_DIMS(FB, FK, FD), x);
+    clattn_tensor v = make(c, 3, H_DIMS(FB, FK, FD), x), out = make(c, 3, H_DIMS(FB, FQ, FD), o);
+    clattn_tensor wt = make(c, 3, H_DIMS(FB, FQ, FK), w), wq = make(c, 2, H_DIMS(FH, FD), p);
+    clattn_tensor wk = make(c, 2, H_DIMS(FH, FD), p), wv = make(c, 2, H_DIMS(1, FH), p);
+    clattn_additive_weights aw = {&wq, &wk, &wv};
+    for (int round = 0; round < 2; round++) { /* the GEMM programs are cached on the second */
+        assert_io_error(c, clattn_dot_product_attention(c, &q, &k, &v, NULL, &out, &wt));
+        assert_untouched(c, &wt, w, FB * FQ * FK, "dot-product weights");
+        assert_untouched(c, &out, o, FB * FQ * FD, "dot-product out");
+        assert_io_error(c, clattn_additive_attention(c, &q, &k, &v, &aw, NULL, &out, &wt));
+        assert_io_error(c, clattn_additive_attention(c, &q, &k, &v, &aw, NULL, &out, NULL));
+        assert_untouched(c, &wt, w, FB * FQ * FK, "additive weights");
+        assert_untouched(c, &out, o, FB * FQ * FD, "additive out");
+    }
+    assert_usable(c); /* matmul.cl still loads and runs */
+    clattn_tensor all[] = {q, k, v, out, wt, wq, wk, wv};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        clattn_tensor_release(&all[i]);
+    clattn_context_destroy(&c);
+    remove_dir(dir);
 }
 
 /* ---- no limit on the programs of a context ---- */
@@ -416,6 +474,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_no_platform),
         cmocka_unit_test(test_device_matching_nothing),
         cmocka_unit_test(test_broken_kernel_keeps_context_usable),
+        cmocka_unit_test(test_missing_program_leaves_outputs),
         cmocka_unit_test(test_many_programs),
         cmocka_unit_test(test_allocation_beyond_device),
         cmocka_unit_test(test_sync_mode),
