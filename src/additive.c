@@ -40,6 +40,7 @@ clattn_status clattn_additive_scores(clattn_context *ctx, const clattn_tensor *q
 {
     clattn_status st = CLATTN_SUCCESS;
     char s1[96], s2[96];
+    CHECK_DRY_RUN(ctx, clattn_additive_scores(ctx, qp, kp, w_v, scores));
     CHECK(NULL, ctx, CLATTN_ERROR_INVALID_ARGUMENT, "ctx: NULL context");
     CHECK_ST(clattn__check_tensor(ctx, qp, "qp", CLATTN_FLOAT32, 3, 3));
     CHECK_ST(clattn__check_tensor(ctx, kp, "kp", CLATTN_FLOAT32, 3, 3));
@@ -119,6 +120,8 @@ clattn_status clattn_additive_attention(clattn_context *ctx, const clattn_tensor
     clattn_tuning tune;
     cl_mem buf;
     size_t h;
+    CHECK_DRY_RUN(ctx,
+                  clattn_additive_attention(ctx, queries, keys, values, w, opts, out, weights));
     CHECK(NULL, ctx, CLATTN_ERROR_INVALID_ARGUMENT, "ctx: NULL context");
     CHECK_ST(check_additive(ctx, queries, keys, values, w, out, weights, &h));
     size_t B = queries->dims[0], nq = queries->dims[1], nk = keys->dims[1];

@@ -130,6 +130,7 @@ clattn_status clattn_dot_product_attention(clattn_context *ctx, const clattn_ten
     clattn_status st = CLATTN_SUCCESS;
     clattn_mask_args m = {0};
     const clattn_dropout_params *drop;
+    CHECK_DRY_RUN(ctx, clattn_dot_product_attention(ctx, Q, K, V, opts, out, weights));
     CHECK(NULL, ctx, CLATTN_ERROR_INVALID_ARGUMENT, "ctx: NULL context");
     CHECK_ST(check_qkv(ctx, Q, K, V, out, weights));
     float scale = opts && opts->scale != 0.0f ? opts->scale

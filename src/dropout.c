@@ -51,6 +51,7 @@ clattn_status clattn_dropout(clattn_context *ctx, const clattn_tensor *x,
 {
     clattn_status st = CLATTN_SUCCESS;
     char s1[96], s2[96];
+    CHECK_DRY_RUN(ctx, clattn_dropout(ctx, x, p, y));
     CHECK(NULL, ctx, CLATTN_ERROR_INVALID_ARGUMENT, "ctx: NULL context");
     CHECK_ST(clattn__check_tensor(ctx, x, "x", CLATTN_FLOAT32, 1, 4));
     CHECK_ST(clattn__check_tensor(ctx, y, "y", CLATTN_FLOAT32, 1, 4));
@@ -65,8 +66,7 @@ clattn_status clattn_dropout(clattn_context *ctx, const clattn_tensor *x,
     if (clattn__dropout_active(p))
         CHECK_ST(clattn__enqueue_dropout(ctx, x->buf, x->offset, y->buf, y->offset, n, 0, p));
     else if (!clattn__same_view(x, y))
-        CHECK_CL(ctx, clEnqueueCopyBuffer(ctx->queue, x->buf, y->buf, x->offset * 4, y->offset * 4,
-                                          n * 4, 0, NULL, NULL), "clEnqueueCopyBuffer(dropout)");
+        CHECK_ST(clattn__copy(ctx, x->buf, x->offset * 4, y->buf, y->offset * 4, n * 4, "dropout"));
 fail:
     return st;
 }

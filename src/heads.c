@@ -49,6 +49,7 @@ static clattn_status transpose(clattn_context *ctx, const clattn_tensor *seq, co
                                int to_heads)
 {
     clattn_status st = CLATTN_SUCCESS;
+    CHECK_DRY_RUN(ctx, transpose(ctx, seq, seq_name, heads, heads_name, H, to_heads));
     CHECK_ST(check_pair(ctx, seq, seq_name, heads, heads_name, H));
     const clattn_tensor *src = to_heads ? seq : heads, *dst = to_heads ? heads : seq;
     CHECK_ST(clattn__enqueue_heads(ctx, src->buf, src->offset, dst->buf, dst->offset,

@@ -8,24 +8,26 @@
 #include <stdint.h>
 
 #define CLATTN_ERR_SIZE 16384
-#define CLATTN_MAX_PROGRAMS 64
-#define CLATTN_MAX_KERNELS 128
 
 /* Scratch slots: each op layer owns one, so a module's intermediates (projections, heads) never
  * collide with the scores of the attention it calls or the packing buffers of its matmuls. */
 enum { CLATTN_SCRATCH_MODULE = 0, CLATTN_SCRATCH_ATTN, CLATTN_SCRATCH_OP, CLATTN_SCRATCH_COUNT };
 
+/* The program and kernel caches are arrays that grow without bound (a context builds a few dozen
+ * programs); lookups scan them comparing a 64-bit hash before the key string. */
 typedef struct {
-    char key[640]; /* "file.cl|options" */
+    char *key;          /* "file|options" (heap, never truncated) */
+    uint64_t hash;      /* FNV-1a of key */
     cl_program program;
+    int from_disk;      /* loaded from the disk cache: rebuilt from source if it lacks a kernel */
     uint64_t cache_key; /* disk cache (cache.c), when enabled */
     size_t cache_size;  /* binary size the cache file holds, 0 = none */
     cl_event pending;   /* the first launch of a kernel not yet in the cache file */
 } clattn_program_entry;
 
 typedef struct {
-    cl_program program;
-    char name[64];
+    cl_program program; /* a kernel of a program rebuilt from source keeps its old program */
+    char *name;         /* heap */
     cl_kernel kernel;
     int launched;
 } clattn_kernel_entry;
@@ -45,10 +47,11 @@ struct clattn_context {
     char *tuning;
     char *kernel_dir;
     char *cache_dir;
-    clattn_program_entry programs[CLATTN_MAX_PROGRAMS];
-    int nprograms;
-    clattn_kernel_entry kernels[CLATTN_MAX_KERNELS];
-    int nkernels;
+    clattn_program_entry *programs;
+    int nprograms, programs_cap;
+    clattn_kernel_entry *kernels;
+    int nkernels, kernels_cap;
+    int dry_run; /* CHECK_DRY_RUN's first pass: build, set and size everything, enqueue nothing */
     cl_mem scratch[CLATTN_SCRATCH_COUNT];
     size_t scratch_bytes[CLATTN_SCRATCH_COUNT];
     int cache_hits, cache_writes; /* programs loaded from and written to the disk cache */
@@ -97,6 +100,21 @@ void clattn__clear_error(clattn_context *ctx);
         }                                          \
     } while (0)
 
+/* The first statement of every public op that enqueues: runs the whole op once as a dry run (its
+ * checks, every program built or loaded, every kernel argument set, scratch sized, nothing
+ * enqueued), then goes on for real, so an op that fails leaves its outputs untouched. `self` is
+ * the op's own call with its own arguments. */
+#define CHECK_DRY_RUN(ctx, self)                   \
+    do {                                           \
+        if ((ctx) && !(ctx)->dry_run) {            \
+            (ctx)->dry_run = 1;                    \
+            st = (self);                           \
+            (ctx)->dry_run = 0;                    \
+            if (st != CLATTN_SUCCESS)              \
+                goto fail;                         \
+        }                                          \
+    } while (0)
+
 /* Propagates a clattn_status. */
 #define CHECK_ST(expr)             \
     do {                           \
@@ -132,20 +150,28 @@ clattn_status clattn__check_no_overlap(clattn_context *ctx, const clattn_arg *ou
 /* Returns the kernel `name` of `file` built with the tuning defines `defines` ("-D A=1 ..."). */
 clattn_status clattn__get_kernel(clattn_context *ctx, const char *file, const char *defines,
                                  const char *name, cl_kernel *out);
-/* Enqueues an NDRange; lws may be NULL. Honours sync mode. */
+/* Enqueues an NDRange; lws may be NULL. Honours sync mode. A dry run checks the work-group
+ * against the kernel's limit and enqueues nothing. */
 clattn_status clattn__launch(clattn_context *ctx, cl_kernel k, cl_uint dims, const size_t *gws,
                              const size_t *lws, const char *what);
 /* Sets kernel args from a list: pairs of (size, pointer), ended by size 0. */
 clattn_status clattn__set_args(clattn_context *ctx, cl_kernel k, const char *what, ...);
+/* Enqueues a buffer copy of `bytes` (nothing in a dry run). Honours sync mode. */
+clattn_status clattn__copy(clattn_context *ctx, cl_mem src, size_t src_bytes_off, cl_mem dst,
+                           size_t dst_bytes_off, size_t bytes, const char *what);
 #define ARG(x) sizeof(x), (const void *)&(x)
 #define ARGS_END ((size_t)0)
-/* Builds the complete option string of a program (common options + tuning defines). */
-void clattn__build_options(const clattn_context *ctx, const char *defines, char *buf, size_t size);
+/* Builds the complete option string of a program (common options + tuning defines) into buf;
+ * returns its length, as snprintf does (>= size: it did not fit). */
+int clattn__build_options(const clattn_context *ctx, const char *defines, char *buf, size_t size);
 /* Embedded sources (generated kernels.c); NULL when unknown. */
 const char *clattn__embedded_source(const char *file);
 void clattn__release_programs(clattn_context *ctx);
 
 /* ---- program binary cache on disk (cache.c), used when ctx->cache_dir is set ---- */
+#define CLATTN_FNV_OFFSET 0xcbf29ce484222325ull
+/* FNV-1a 64 of n bytes, continuing from h (CLATTN_FNV_OFFSET to start). */
+uint64_t clattn__fnv1a(uint64_t h, const void *data, size_t n);
 /* FNV-1a 64 of the expanded source, the options, the platform, device and driver, and clattn. */
 uint64_t clattn__cache_key(const clattn_context *ctx, const char *src, const char *options);
 /* The program built from the file of key, or NULL when there is none or it is corrupt or stale.

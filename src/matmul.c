@@ -66,6 +66,7 @@ clattn_status clattn_matmul(clattn_context *ctx, const clattn_tensor *A, int tra
                             const clattn_tensor *C)
 {
     clattn_status st = CLATTN_SUCCESS;
+    CHECK_DRY_RUN(ctx, clattn_matmul(ctx, A, trans_a, B, trans_b, alpha, beta, C));
     CHECK(NULL, ctx, CLATTN_ERROR_INVALID_ARGUMENT, "ctx: NULL context");
     CHECK_ST(check_matmul(ctx, A, trans_a, B, trans_b, C));
     CHECK_ST(clattn__enqueue_matmul(ctx, A, trans_a, B, trans_b, alpha, beta, NULL, C));
@@ -78,6 +79,7 @@ clattn_status clattn_linear(clattn_context *ctx, const clattn_tensor *x, const c
 {
     clattn_status st = CLATTN_SUCCESS;
     char s1[96], s2[96], s3[96];
+    CHECK_DRY_RUN(ctx, clattn_linear(ctx, x, W, bias, y));
     CHECK(NULL, ctx, CLATTN_ERROR_INVALID_ARGUMENT, "ctx: NULL context");
     CHECK_ST(clattn__check_tensor(ctx, x, "x", CLATTN_FLOAT32, 1, 4));
     CHECK_ST(clattn__check_tensor(ctx, W, "W", CLATTN_FLOAT32, 2, 2));

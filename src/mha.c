@@ -132,6 +132,8 @@ clattn_status clattn_multihead_attention(clattn_context *ctx, const clattn_tenso
     clattn_tuning att;
     cl_mem buf;
     size_t hid;
+    CHECK_DRY_RUN(ctx,
+                  clattn_multihead_attention(ctx, queries, keys, values, w, opts, out, weights));
     CHECK(NULL, ctx, CLATTN_ERROR_INVALID_ARGUMENT, "ctx: NULL context");
     CHECK_ST(check_mha(ctx, queries, keys, values, w, out, weights, &hid));
     size_t B = queries->dims[0], nq = queries->dims[1], nk = keys->dims[1];

@@ -7,10 +7,10 @@
 
 #define MAX_INCLUDE_DEPTH 4
 
-void clattn__build_options(const clattn_context *ctx, const char *defines, char *buf, size_t size)
+int clattn__build_options(const clattn_context *ctx, const char *defines, char *buf, size_t size)
 {
     /* -cl-mad-enable is allowed: tolerances are stated for fused or unfused multiply-add alike. */
-    snprintf(buf, size, "-cl-std=CL1.2 -cl-mad-enable -D CLATTN_DEVICE_%s=1 %s",
+    return snprintf(buf, size, "-cl-std=CL1.2 -cl-mad-enable -D CLATTN_DEVICE_%s=1 %s",
              (ctx->type & CL_DEVICE_TYPE_GPU) ? "GPU" : (ctx->type & CL_DEVICE_TYPE_CPU) ? "CPU"
                                                                                       : "OTHER",
              defines ? defines : "");
@@ -39,7 +39,7 @@ static clattn_status load_raw(clattn_context *ctx, const char *file, char **out)
 {
     clattn_status st = CLATTN_SUCCESS;
     if (ctx->kernel_dir[0]) {
-        char path[1024];
+        char path[CLATTN_PATH_MAX + 1]; /* longer kernel dirs fail context creation */
         snprintf(path, sizeof path, "%s/%s", ctx->kernel_dir, file);
         char *body = read_file(path);
         CHECK(ctx, body, CLATTN_ERROR_IO, "kernel file %s: cannot read (CLATTN_KERNEL_DIR=%s)",
@@ -139,45 +139,121 @@ fail:
     return st;
 }
 
-/* Builds file with options into e->program, from the disk cache when it holds that program. */
+/* Builds file with options into *out: from the disk cache when from_cache and it holds that
+ * program, else from source. Sets e's disk cache key, cache size and from_disk. */
 static clattn_status build_program(clattn_context *ctx, const char *file, const char *options,
-                                   clattn_program_entry *e)
+                                   int from_cache, clattn_program_entry *e, cl_program *out)
 {
     clattn_status st = CLATTN_SUCCESS;
     strbuf b = {0};
+    *out = NULL;
     CHECK_ST(expand(ctx, file, &b, 0));
     if (ctx->cache_dir[0]) {
         e->cache_key = clattn__cache_key(ctx, b.s, options);
-        e->program = clattn__cache_load(ctx, e->cache_key, &e->cache_size);
+        if (from_cache)
+            *out = clattn__cache_load(ctx, e->cache_key, &e->cache_size);
     }
-    if (!e->program)
-        CHECK_ST(compile_source(ctx, file, b.s, options, &e->program));
+    e->from_disk = *out != NULL;
+    if (!*out)
+        CHECK_ST(compile_source(ctx, file, b.s, options, out));
 fail:
     free(b.s);
     return st;
 }
 
-static clattn_status get_program(clattn_context *ctx, const char *file, const char *defines,
-                                 cl_program *out)
+/* items with room for one more element (count n, capacity *cap, elements of size bytes), or NULL
+ * when out of memory (items is still valid then). */
+static void *grow(void *items, int n, int *cap, size_t size)
+{
+    if (n < *cap)
+        return items;
+    int want = *cap ? *cap * 2 : 16;
+    void *p = realloc(items, (size_t)want * size);
+    if (p)
+        *cap = want;
+    return p;
+}
+
+/* "file|options" in buf when it fits, else in a malloc'd string; NULL when out of memory. */
+static char *program_key(const clattn_context *ctx, const char *file, const char *defines,
+                         char *buf, size_t size)
+{
+    size_t n = strlen(file) + 1, len = n + (size_t)clattn__build_options(ctx, defines, NULL, 0);
+    char *key = len < size ? buf : malloc(len + 1);
+    if (key) {
+        memcpy(key, file, n - 1);
+        key[n - 1] = '|';
+        clattn__build_options(ctx, defines, key + n, len + 1 - n);
+    }
+    return key;
+}
+
+static int find_program(const clattn_context *ctx, const char *key, uint64_t hash)
+{
+    for (int i = 0; i < ctx->nprograms; i++)
+        if (ctx->programs[i].hash == hash && strcmp(ctx->programs[i].key, key) == 0)
+            return i;
+    return -1;
+}
+
+/* Builds the program of key ("file|options") and appends it to ctx->programs at *index. */
+static clattn_status add_program(clattn_context *ctx, const char *file, const char *key,
+                                 uint64_t hash, int *index)
 {
     clattn_status st = CLATTN_SUCCESS;
-    char options[512], key[640];
-    clattn__build_options(ctx, defines, options, sizeof options);
-    snprintf(key, sizeof key, "%s|%s", file, options);
-    for (int i = 0; i < ctx->nprograms; i++)
-        if (strcmp(ctx->programs[i].key, key) == 0) {
-            *out = ctx->programs[i].program;
-            return CLATTN_SUCCESS;
-        }
-    CHECK(ctx, ctx->nprograms < CLATTN_MAX_PROGRAMS, CLATTN_ERROR_UNSUPPORTED,
-          "too many distinct kernel programs in one context (%d)", CLATTN_MAX_PROGRAMS);
-    clattn_program_entry *e = &ctx->programs[ctx->nprograms];
-    memset(e, 0, sizeof *e);
-    CHECK_ST(build_program(ctx, file, options, e));
-    snprintf(e->key, sizeof e->key, "%s", key);
-    *out = e->program;
-    ctx->nprograms++;
+    clattn_program_entry e = {0}, *grown;
+    CHECK(ctx, (e.key = strdup(key)), CLATTN_ERROR_OUT_OF_MEMORY, "out of host memory");
+    grown = grow(ctx->programs, ctx->nprograms, &ctx->programs_cap, sizeof e);
+    CHECK(ctx, grown, CLATTN_ERROR_OUT_OF_MEMORY, "out of host memory");
+    ctx->programs = grown;
+    e.hash = hash;
+    CHECK_ST(build_program(ctx, file, e.key + strlen(file) + 1, 1, &e, &e.program));
+    *index = ctx->nprograms;
+    ctx->programs[ctx->nprograms++] = e;
+    e.key = NULL;
 fail:
+    free(e.key);
+    return st;
+}
+
+/* The index of file's program with these defines in ctx->programs, built on first use. */
+static clattn_status get_program(clattn_context *ctx, const char *file, const char *defines,
+                                 int *index)
+{
+    clattn_status st = CLATTN_SUCCESS;
+    char buf[1024], *key = program_key(ctx, file, defines, buf, sizeof buf);
+    CHECK(ctx, key, CLATTN_ERROR_OUT_OF_MEMORY, "out of host memory");
+    uint64_t hash = clattn__fnv1a(CLATTN_FNV_OFFSET, key, strlen(key));
+    *index = find_program(ctx, key, hash);
+    if (*index < 0)
+        CHECK_ST(add_program(ctx, file, key, hash, index));
+fail:
+    if (key != buf)
+        free(key);
+    return st;
+}
+
+/* Replaces a program loaded from the disk cache, which lacks a kernel an op needs (another
+ * program's binary under this key), by its build from source; its cache file is rewritten once
+ * the new program's kernels have run. Kernels created from the old program stay in ctx->kernels
+ * (an op may still hold them) but no lookup finds them again. */
+static clattn_status rebuild_from_source(clattn_context *ctx, int index)
+{
+    clattn_status st = CLATTN_SUCCESS;
+    clattn_program_entry *e = &ctx->programs[index], fresh = {0};
+    char *file = strndup(e->key, strcspn(e->key, "|"));
+    CHECK(ctx, file, CLATTN_ERROR_OUT_OF_MEMORY, "out of host memory");
+    CHECK_ST(build_program(ctx, file, e->key + strlen(file) + 1, 0, &fresh, &fresh.program));
+    clReleaseProgram(e->program);
+    e->program = fresh.program;
+    e->from_disk = 0;
+    e->cache_size = 0;
+    if (e->pending)
+        clReleaseEvent(e->pending);
+    e->pending = NULL;
+    ctx->cache_hits--;
+fail:
+    free(file);
     return st;
 }
 
@@ -185,25 +261,38 @@ clattn_status clattn__get_kernel(clattn_context *ctx, const char *file, const ch
                                  const char *name, cl_kernel *out)
 {
     clattn_status st = CLATTN_SUCCESS;
-    cl_program p;
+    cl_kernel k = NULL;
     cl_int err;
-    CHECK_ST(get_program(ctx, file, defines, &p));
+    int pi;
+    CHECK_ST(get_program(ctx, file, defines, &pi));
+    cl_program p = ctx->programs[pi].program;
     for (int i = 0; i < ctx->nkernels; i++)
         if (ctx->kernels[i].program == p && strcmp(ctx->kernels[i].name, name) == 0) {
             *out = ctx->kernels[i].kernel;
             return CLATTN_SUCCESS;
         }
-    CHECK(ctx, ctx->nkernels < CLATTN_MAX_KERNELS, CLATTN_ERROR_UNSUPPORTED,
-          "too many distinct kernels in one context (%d)", CLATTN_MAX_KERNELS);
-    cl_kernel k = clCreateKernel(p, name, &err);
+    clattn_kernel_entry *grown = grow(ctx->kernels, ctx->nkernels, &ctx->kernels_cap,
+                                      sizeof *grown);
+    CHECK(ctx, grown, CLATTN_ERROR_OUT_OF_MEMORY, "out of host memory");
+    ctx->kernels = grown;
+    k = clCreateKernel(p, name, &err);
+    if (err != CL_SUCCESS && ctx->programs[pi].from_disk) {
+        CHECK_ST(rebuild_from_source(ctx, pi));
+        p = ctx->programs[pi].program;
+        k = clCreateKernel(p, name, &err);
+    }
     CHECK_CL(ctx, err, name);
-    clattn_kernel_entry *e = &ctx->kernels[ctx->nkernels++];
+    clattn_kernel_entry *e = &ctx->kernels[ctx->nkernels];
+    CHECK(ctx, (e->name = strdup(name)), CLATTN_ERROR_OUT_OF_MEMORY, "out of host memory");
     e->program = p;
-    snprintf(e->name, sizeof e->name, "%s", name);
     e->kernel = k;
     e->launched = 0;
+    ctx->nkernels++;
     *out = k;
+    k = NULL;
 fail:
+    if (k)
+        clReleaseKernel(k);
     return st;
 }
 
@@ -265,11 +354,32 @@ void clattn__release_programs(clattn_context *ctx)
     for (int i = 0; i < ctx->nprograms; i++)
         if (ctx->programs[i].pending)
             clReleaseEvent(ctx->programs[i].pending);
-    for (int i = 0; i < ctx->nkernels; i++)
+    for (int i = 0; i < ctx->nkernels; i++) {
         clReleaseKernel(ctx->kernels[i].kernel);
-    for (int i = 0; i < ctx->nprograms; i++)
+        free(ctx->kernels[i].name);
+    }
+    for (int i = 0; i < ctx->nprograms; i++) {
         clReleaseProgram(ctx->programs[i].program);
-    ctx->nkernels = ctx->nprograms = 0;
+        free(ctx->programs[i].key);
+    }
+    free(ctx->kernels);
+    free(ctx->programs);
+    ctx->kernels = NULL;
+    ctx->programs = NULL;
+    ctx->nkernels = ctx->nprograms = ctx->kernels_cap = ctx->programs_cap = 0;
+}
+
+/* CLATTN_SYNC: waits for the queue after each command and reports its failure there. */
+static clattn_status finish_if_sync(clattn_context *ctx, const char *what)
+{
+    clattn_status st = CLATTN_SUCCESS;
+    char where[128];
+    if (ctx->sync) {
+        snprintf(where, sizeof where, "clFinish after %s (CLATTN_SYNC)", what);
+        CHECK_CL(ctx, clFinish(ctx->queue), where);
+    }
+fail:
+    return st;
 }
 
 clattn_status clattn__set_args(clattn_context *ctx, cl_kernel k, const char *what, ...)
@@ -294,21 +404,56 @@ clattn_status clattn__set_args(clattn_context *ctx, cl_kernel k, const char *wha
     return st;
 }
 
+/* A dry run's stand-in for the checks clEnqueueNDRangeKernel makes on the work-group size. */
+static clattn_status check_group(clattn_context *ctx, cl_kernel k, cl_uint dims, const size_t *gws,
+                                 const size_t *lws, const char *what)
+{
+    clattn_status st = CLATTN_SUCCESS;
+    size_t items = 1, limit = 0;
+    for (cl_uint i = 0; lws && i < dims; i++) {
+        CHECK(ctx, lws[i] && gws[i] % lws[i] == 0, CLATTN_ERROR_INVALID_ARGUMENT,
+              "%s: local size %zu does not divide global size %zu in dimension %u", what, lws[i],
+              gws[i], i);
+        items *= lws[i];
+    }
+    CHECK_CL(ctx, clGetKernelWorkGroupInfo(k, ctx->device, CL_KERNEL_WORK_GROUP_SIZE, sizeof limit,
+                                           &limit, NULL), "clGetKernelWorkGroupInfo");
+    CHECK(ctx, items <= limit, CLATTN_ERROR_UNSUPPORTED,
+          "%s: a work-group of %zu items exceeds the kernel's limit of %zu on this device", what,
+          items, limit);
+fail:
+    return st;
+}
+
 clattn_status clattn__launch(clattn_context *ctx, cl_kernel k, cl_uint dims, const size_t *gws,
                              const size_t *lws, const char *what)
 {
     clattn_status st = CLATTN_SUCCESS;
     char where[128];
+    if (ctx->dry_run)
+        return check_group(ctx, k, dims, gws, lws, what);
     cl_event ev = NULL, *first = first_launch_event(ctx, k, &ev);
     snprintf(where, sizeof where, "clEnqueueNDRangeKernel(%s)", what);
     CHECK_CL(ctx, clEnqueueNDRangeKernel(ctx->queue, k, dims, NULL, gws, lws, 0, NULL, first),
              where);
     if (ev)
         note_first_launch(ctx, k, ev);
-    if (ctx->sync) {
-        snprintf(where, sizeof where, "clFinish after %s (CLATTN_SYNC)", what);
-        CHECK_CL(ctx, clFinish(ctx->queue), where);
-    }
+    CHECK_ST(finish_if_sync(ctx, what));
+fail:
+    return st;
+}
+
+clattn_status clattn__copy(clattn_context *ctx, cl_mem src, size_t src_bytes_off, cl_mem dst,
+                           size_t dst_bytes_off, size_t bytes, const char *what)
+{
+    clattn_status st = CLATTN_SUCCESS;
+    char where[128];
+    if (ctx->dry_run)
+        return CLATTN_SUCCESS;
+    snprintf(where, sizeof where, "clEnqueueCopyBuffer(%s)", what);
+    CHECK_CL(ctx, clEnqueueCopyBuffer(ctx->queue, src, dst, src_bytes_off, dst_bytes_off, bytes, 0,
+                                      NULL, NULL), where);
+    CHECK_ST(finish_if_sync(ctx, what));
 fail:
     return st;
 }

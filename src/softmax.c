@@ -10,6 +10,7 @@ clattn_status clattn_masked_softmax(clattn_context *ctx, const clattn_tensor *sc
     clattn_mask_args m = {0};
     clattn_tuning tune;
     char s1[96], s2[96];
+    CHECK_DRY_RUN(ctx, clattn_masked_softmax(ctx, scores, mask, out));
     CHECK(NULL, ctx, CLATTN_ERROR_INVALID_ARGUMENT, "ctx: NULL context");
     CHECK_ST(clattn__check_tensor(ctx, scores, "scores", CLATTN_FLOAT32, 1, 4));
     CHECK_ST(clattn__check_tensor(ctx, out, "out", CLATTN_FLOAT32, 1, 4));

@@ -1,11 +1,13 @@
-/* The program binary cache on disk: a hit gives bitwise the same results, corrupt or stale files
- * are rebuilt and rewritten, and a directory that cannot be written is never an error. */
+/* The program binary cache on disk: a hit gives bitwise the same results, corrupt, stale or
+ * foreign files are rebuilt and rewritten, FIFOs are not waited on, missing parent directories are
+ * created, modes follow the umask, and a directory that cannot be written is never an error. */
 #include "harness.h"
 #include "internal.h"
 #include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 enum { M = 13, N = 17, K = 19, SB = 2, SQ = 3, SK = 11 };
@@ -218,6 +220,161 @@ static void test_unwritable_dir_is_not_an_error(void **s)
     remove(file);
 }
 
+/* The cache_key of c's program built from file. */
+static uint64_t cache_key_of(const clattn_context *c, const char *file)
+{
+    size_t n = strlen(file);
+    for (int i = 0; i < c->nprograms; i++)
+        if (strncmp(c->programs[i].key, file, n) == 0 && c->programs[i].key[n] == '|')
+            return c->programs[i].cache_key;
+    fail_msg("no program of %s", file);
+    return 0;
+}
+
+static void file_path(uint64_t key, char *path, size_t size)
+{
+    snprintf(path, size, "%s/clattn-%016llx.bin", dir, (unsigned long long)key);
+}
+
+/* The whole file at path (malloc'd, *n bytes). */
+static unsigned char *slurp(const char *path, size_t *n)
+{
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    assert_int_equal(fseek(f, 0, SEEK_END), 0);
+    *n = (size_t)ftell(f);
+    unsigned char *data = malloc(*n);
+    assert_non_null(data);
+    rewind(f);
+    assert_int_equal(fread(data, 1, *n, f), *n);
+    fclose(f);
+    return data;
+}
+
+/* Runs the ops with the cache on and writes the cache keys of the matmul and softmax programs. */
+static void keys_of_run(uint64_t *matmul, uint64_t *softmax)
+{
+    results r;
+    clattn_context *c = open_ctx(dir, 0);
+    run_ops(c, &r);
+    *matmul = cache_key_of(c, "matmul.cl");
+    *softmax = cache_key_of(c, "softmax.cl");
+    clattn_context_destroy(&c);
+}
+
+/* The softmax program's file holds the matmul program's binary under a header rewritten for the
+ * softmax key (the checksum covers the payload, which is unchanged): it loads, but has no softmax
+ * kernel. The op builds the program from source, gives the right numbers and rewrites the file. */
+static void test_foreign_binary_is_rebuilt(void **s)
+{
+    (void)s;
+    uint64_t km, ks;
+    char pm[512], ps[512];
+    size_t nm, ns;
+    keys_of_run(&km, &ks);
+    file_path(km, pm, sizeof pm);
+    file_path(ks, ps, sizeof ps);
+    unsigned char *foreign = slurp(pm, &nm);
+    memcpy(foreign + 8, &ks, 8); /* the header: magic[8], key, size, checksum */
+    FILE *f = fopen(ps, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(foreign, 1, nm, f), nm);
+    fclose(f);
+    int files = for_each_file(NULL);
+    assert_int_equal(fresh_run(0), files - 1); /* every program but the softmax one */
+    unsigned char *rewritten = slurp(ps, &ns);
+    assert_true(ns != nm || memcmp(rewritten, foreign, nm) != 0);
+    assert_int_equal(fresh_run(0), files); /* and the rewritten file serves the next process */
+    free(foreign);
+    free(rewritten);
+}
+
+static void make_fifo(const char *path, int i)
+{
+    (void)i;
+    assert_int_equal(remove(path), 0);
+    assert_int_equal(mkfifo(path, 0600), 0);
+}
+
+/* FIFOs under the cache files' names: opened without blocking, skipped, replaced by files. A
+ * regression would block in open() forever, so an alarm ends the test program instead. */
+static void test_fifo_is_not_read(void **s)
+{
+    (void)s;
+    struct stat sb;
+    char path[512];
+    uint64_t km, ks;
+    keys_of_run(&km, &ks);
+    int files = for_each_file(make_fifo);
+    alarm(120);
+    assert_int_equal(fresh_run(0), 0);
+    alarm(0);
+    file_path(ks, path, sizeof path);
+    assert_int_equal(stat(path, &sb), 0);
+    assert_true(S_ISREG(sb.st_mode));
+    assert_int_equal(fresh_run(0), files);
+}
+
+static void assert_mode(const char *path, mode_t want)
+{
+    struct stat sb;
+    assert_int_equal(stat(path, &sb), 0);
+    if ((sb.st_mode & 07777) != want)
+        fail_msg("%s: mode %04o, expected %04o", path, (unsigned)(sb.st_mode & 07777),
+                 (unsigned)want);
+}
+
+static void assert_mode_0664(const char *path, int i)
+{
+    (void)i;
+    assert_mode(path, 0664);
+}
+
+/* Files take the mode the umask leaves of 0666, so a group can share the directory. */
+static void test_file_mode_follows_umask(void **s)
+{
+    (void)s;
+    for_each_file(remove_file);
+    mode_t old = umask(0002);
+    fresh_run(0);
+    umask(old);
+    assert_true(for_each_file(assert_mode_0664) >= 2);
+}
+
+/* A cache directory whose parents are missing is created whole (0777 less the umask). */
+static void test_missing_parents_are_created(void **s)
+{
+    (void)s;
+    char a[128], b[160], c[192], path[512];
+    results r;
+    uint64_t km, ks;
+    snprintf(a, sizeof a, "%s/a", dir);
+    snprintf(b, sizeof b, "%s/b", a);
+    snprintf(c, sizeof c, "%s/c", b);
+    mode_t old = umask(0022);
+    for (int round = 0; round < 2; round++) {
+        clattn_context *ctx = open_ctx(c, 0);
+        run_ops(ctx, &r);
+        assert_int_equal(ctx->cache_hits, round ? 2 : 0); /* the second run reads the files */
+        km = cache_key_of(ctx, "matmul.cl");
+        ks = cache_key_of(ctx, "softmax.cl");
+        clattn_context_destroy(&ctx);
+        assert_memory_equal(&r, &reference, sizeof r);
+    }
+    umask(old);
+    assert_mode(a, 0755);
+    assert_mode(c, 0755);
+    uint64_t keys[2] = {km, ks};
+    for (int i = 0; i < 2; i++) {
+        snprintf(path, sizeof path, "%s/clattn-%016llx.bin", c, (unsigned long long)keys[i]);
+        assert_mode(path, 0644);
+        assert_int_equal(remove(path), 0);
+    }
+    assert_int_equal(rmdir(c), 0);
+    assert_int_equal(rmdir(b), 0);
+    assert_int_equal(rmdir(a), 0);
+}
+
 static void test_env_variable(void **s)
 {
     (void)s;
@@ -235,6 +392,10 @@ int main(void)
         cmocka_unit_test(test_miss_then_hit),
         cmocka_unit_test(test_corrupt_files_are_rebuilt),
         cmocka_unit_test(test_stale_files_are_rebuilt),
+        cmocka_unit_test(test_foreign_binary_is_rebuilt),
+        cmocka_unit_test(test_fifo_is_not_read),
+        cmocka_unit_test(test_file_mode_follows_umask),
+        cmocka_unit_test(test_missing_parents_are_created),
         cmocka_unit_test(test_unwritable_dir_is_not_an_error),
         cmocka_unit_test(test_env_variable),
     };

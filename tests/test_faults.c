@@ -1,8 +1,10 @@
-/* Faults: no OpenCL platform, a device spec that matches nothing, a kernel that fails to build, an
+/* Faults: no OpenCL platform, a device spec that matches nothing, a kernel that fails to build, a
+ * program that cannot load (the op's outputs untouched), a context with many programs, an
  * allocation beyond the device, and CLATTN_SYNC. Each returns a status and a message, never
  * crashes, and the context stays usable afterwards (checked by running a matmul on it). */
 #include "harness.h"
 #include "internal.h"
+#include <dirent.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -115,6 +117,15 @@ static void copy_kernel(const char *dir, const char *name)
     write_file(dir, name, text);
 }
 
+static clattn_context *ctx_with_kernel_dir(const char *dir)
+{
+    clattn_context *c = NULL;
+    clattn_params p = {0};
+    p.kernel_dir = dir;
+    assert_int_equal(clattn_context_create(&c, &p), CLATTN_SUCCESS);
+    return c;
+}
+
 static void test_broken_kernel_keeps_context_usable(void **s)
 {
     (void)s;
@@ -125,10 +136,7 @@ static void test_broken_kernel_keeps_context_usable(void **s)
     write_file(dir, "softmax.cl",
                "#include \"common.cl\"\n"
                "__kernel void masked_softmax_rows(__global float *x) { x[0] = no_such_name; }\n");
-    clattn_context *c = NULL;
-    clattn_params p = {0};
-    p.kernel_dir = dir;
-    assert_int_equal(clattn_context_create(&c, &p), CLATTN_SUCCESS);
+    clattn_context *c = ctx_with_kernel_dir(dir);
     clattn_tensor t, y;
     assert_int_equal(clattn_tensor_create(c, CLATTN_FLOAT32, 2, H_DIMS(3, 4), a, &t), 0);
     assert_int_equal(clattn_tensor_create(c, CLATTN_FLOAT32, 2, H_DIMS(3, 4), b, &y), 0);
@@ -152,6 +160,181 @@ static void test_broken_kernel_keeps_context_usable(void **s)
         remove(path);
     }
     rmdir(dir);
+}
+
+/* ---- a program that cannot load: nothing enqueued, outputs untouched ---- */
+
+/* Copies every .cl file of the kernel dir but `skip` into a new temporary dir (mkdtemp of dir). */
+static void kernel_dir_without(char *dir, const char *skip)
+{
+    DIR *d = opendir(CLATTN_TEST_KERNEL_DIR);
+    struct dirent *e;
+    assert_non_null(mkdtemp(dir));
+    assert_non_null(d);
+    while ((e = readdir(d))) {
+        size_t n = strlen(e->d_name);
+        if (n > 3 && strcmp(e->d_name + n - 3, ".cl") == 0 && strcmp(e->d_name, skip) != 0)
+            copy_kernel(dir, e->d_name);
+    }
+    closedir(d);
+}
+
+static void remove_dir(const char *dir)
+{
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    char path[512];
+    assert_non_null(d);
+    while ((e = readdir(d)))
+        if (e->d_name[0] != '.') {
+            snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+            remove(path);
+        }
+    closedir(d);
+    rmdir(dir);
+}
+
+enum { FB = 2, FQ = 3, FK = 4, FD = 5, FH = 6 };
+
+/* A tensor of c holding a copy of host (n floats). */
+static clattn_tensor make(clattn_context *c, int ndim, const size_t *dims, const float *host)
+{
+    clattn_tensor t;
+    assert_int_equal(clattn_tensor_create(c, CLATTN_FLOAT32, ndim, dims, host, &t), 0);
+    return t;
+}
+
+/* Fails unless t still holds host's n floats, bit for bit. */
+static void assert_untouched(clattn_context *c, const clattn_tensor *t, const float *host,
+                             size_t n, const char *what)
+{
+    float got[FB * FQ * FK * FD];
+    assert_true(n <= sizeof got / sizeof got[0]);
+    assert_int_equal(clattn_tensor_read_blocking(c, t, got), CLATTN_SUCCESS);
+    if (memcmp(got, host, n * sizeof *got) != 0)
+        fail_msg("%s was written by an op that failed", what);
+}
+
+static void assert_io_error(clattn_context *c, clattn_status st)
+{
+    if (st != CLATTN_ERROR_IO || !strstr(clattn_last_error(c), "softmax.cl"))
+        fail_msg("status %d, expected CLATTN_ERROR_IO naming softmax.cl; message: %s", st,
+                 clattn_last_error(c));
+}
+
+/* softmax.cl is missing: every op that needs it fails with CLATTN_ERROR_IO before it enqueues its
+ * GEMMs or scores, so out and weights keep their bytes. */
+static void test_missing_program_leaves_outputs(void **s)
+{
+    (void)s;
+    char dir[] = "/tmp/clattn-nosoftmax-XXXXXX";
+    float x[FB * FK * FH], o[FB * FQ * FD], w[FB * FQ * FK], p[FH * FH];
+    h_fill(x, FB * FK * FH, -1, 1);
+    h_fill(o, FB * FQ * FD, 7, 8);
+    h_fill(w, FB * FQ * FK, 7, 8);
+    h_fill(p, FH * FH, -1, 1);
+    kernel_dir_without(dir, "softmax.cl");
+    clattn_context *c = ctx_with_kernel_dir(dir);
+    clattn_tensor q = make(c, 3, H_DIMS(FB, FQ, FD), x), k = make(c, 3, H_DIMS(FB, FK, FD), x);
+    clattn_tensor v = make(c, 3, H_DIMS(FB, FK, FD), x), out = make(c, 3, H_DIMS(FB, FQ, FD), o);
+    clattn_tensor wt = make(c, 3, H_DIMS(FB, FQ, FK), w), wq = make(c, 2, H_DIMS(FH, FD), p);
+    clattn_tensor wk = make(c, 2, H_DIMS(FH, FD), p), wv = make(c, 2, H_DIMS(1, FH), p);
+    clattn_additive_weights aw = {&wq, &wk, &wv};
+    for (int round = 0; round < 2; round++) { /* the GEMM programs are cached on the second */
+        assert_io_error(c, clattn_dot_product_attention(c, &q, &k, &v, NULL, &out, &wt));
+        assert_untouched(c, &wt, w, FB * FQ * FK, "dot-product weights");
+        assert_untouched(c, &out, o, FB * FQ * FD, "dot-product out");
+        assert_io_error(c, clattn_additive_attention(c, &q, &k, &v, &aw, NULL, &out, &wt));
+        assert_io_error(c, clattn_additive_attention(c, &q, &k, &v, &aw, NULL, &out, NULL));
+        assert_untouched(c, &wt, w, FB * FQ * FK, "additive weights");
+        assert_untouched(c, &out, o, FB * FQ * FD, "additive out");
+    }
+    assert_usable(c); /* matmul.cl still loads and runs */
+    clattn_tensor all[] = {q, k, v, out, wt, wq, wk, wv};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        clattn_tensor_release(&all[i]);
+    clattn_context_destroy(&c);
+    remove_dir(dir);
+}
+
+/* ---- no limit on the programs of a context ---- */
+
+/* Launches k (one work-item writing V or -V to x[0]) and returns what it wrote. */
+static float run_tiny(clattn_context *c, cl_kernel k)
+{
+    clattn_tensor t;
+    float v = 0.5f;
+    size_t one = 1;
+    assert_int_equal(clattn_tensor_create(c, CLATTN_FLOAT32, 1, H_DIMS(1), &v, &t), 0);
+    assert_int_equal(clattn__set_args(c, k, "tiny", ARG(t.buf), ARGS_END), 0);
+    assert_int_equal(clattn__launch(c, k, 1, &one, NULL, "tiny"), 0);
+    assert_int_equal(clattn_tensor_read_blocking(c, &t, &v), 0);
+    clattn_tensor_release(&t);
+    return v;
+}
+
+/* A masked softmax on c, bitwise equal to the same on h_ctx. */
+static void assert_softmax_runs(clattn_context *c)
+{
+    float x[3 * 7], got[3 * 7], want[3 * 7];
+    int lens[3] = {0, 4, 7};
+    clattn_mask m = {0};
+    m.valid_lens_host = lens;
+    m.lens_ndim = 1;
+    m.lens_dims[0] = 3;
+    h_fill(x, 21, -3, 3);
+    clattn_context *ctxs[2] = {c, h_ctx};
+    float *outs[2] = {got, want};
+    for (int i = 0; i < 2; i++) {
+        clattn_tensor tx = make(ctxs[i], 3, H_DIMS(3, 1, 7), x);
+        clattn_tensor ty = make(ctxs[i], 3, H_DIMS(3, 1, 7), NULL);
+        if (clattn_masked_softmax(ctxs[i], &tx, &m, &ty) != CLATTN_SUCCESS ||
+            clattn_tensor_read_blocking(ctxs[i], &ty, outs[i]) != CLATTN_SUCCESS)
+            fail_msg("masked softmax: %s", clattn_last_error(ctxs[i]));
+        clattn_tensor_release(&tx);
+        clattn_tensor_release(&ty);
+    }
+    assert_memory_equal(got, want, sizeof got);
+}
+
+/* 70 distinct programs of two kernels each in one context (past the 64 programs and 128 kernels
+ * that used to be hard limits), and two programs whose options differ only past 600 characters:
+ * all distinct kernels, and the context still runs a matmul and a masked softmax. */
+static void test_many_programs(void **s)
+{
+    (void)s;
+    char dir[] = "/tmp/clattn-many-XXXXXX", defines[1024];
+    enum { N = 70 };
+    cl_kernel k[N], k2[N], kl[2];
+    kernel_dir_without(dir, "");
+    write_file(dir, "tiny.cl", "#ifndef V\n#define V 0\n#endif\n"
+                               "__kernel void tiny(__global float *x) { x[0] = V; }\n"
+                               "__kernel void tiny2(__global float *x) { x[0] = -V; }\n");
+    clattn_context *c = ctx_with_kernel_dir(dir);
+    for (int i = 0; i < N; i++) {
+        snprintf(defines, sizeof defines, "-D V=%d", i);
+        if (clattn__get_kernel(c, "tiny.cl", defines, "tiny", &k[i]) != CLATTN_SUCCESS ||
+            clattn__get_kernel(c, "tiny.cl", defines, "tiny2", &k2[i]) != CLATTN_SUCCESS)
+            fail_msg("program %d: %s", i, clattn_last_error(c));
+        for (int j = 0; j < i; j++)
+            assert_true(k[i] != k[j] && k2[i] != k2[j] && k[i] != k2[j]);
+    }
+    for (int i = 0; i < 2; i++) {
+        size_t used = 0;
+        while (used < 640) /* a long prefix of unused defines */
+            used += (size_t)snprintf(defines + used, sizeof defines - used, "-D PAD%zu=1 ", used);
+        snprintf(defines + used, sizeof defines - used, "-D V=%d", 1000 + i);
+        if (clattn__get_kernel(c, "tiny.cl", defines, "tiny", &kl[i]) != CLATTN_SUCCESS)
+            fail_msg("long options: %s", clattn_last_error(c));
+    }
+    assert_ptr_not_equal(kl[0], kl[1]);
+    assert_true(c->nprograms > 64 && c->nkernels > 128);
+    assert_true(run_tiny(c, k2[N - 1]) == (float)(1 - N));
+    assert_true(run_tiny(c, kl[1]) == 1001.0f);
+    assert_usable(c);
+    assert_softmax_runs(c);
+    clattn_context_destroy(&c);
+    remove_dir(dir);
 }
 
 /* ---- allocations beyond the device ---- */
@@ -291,6 +474,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_no_platform),
         cmocka_unit_test(test_device_matching_nothing),
         cmocka_unit_test(test_broken_kernel_keeps_context_usable),
+        cmocka_unit_test(test_missing_program_leaves_outputs),
+        cmocka_unit_test(test_many_programs),
         cmocka_unit_test(test_allocation_beyond_device),
         cmocka_unit_test(test_sync_mode),
         cmocka_unit_test(test_wrap_returns_objects),
