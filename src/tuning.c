@@ -8,7 +8,6 @@
  * override that is accepted computes correct results on every call. */
 #include "internal.h"
 #include <ctype.h>
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,8 +50,9 @@ static int param(const clattn_tuning *t, const char *name)
  * stack limit (ulimit -s, 8 MiB by default). Measured with PoCL 3.1 at head size 256: flash_cpu
  * with QR=16 runs with QG=384 in one item (about 6.8 MiB by private_cpu below) and dies with
  * SIGSEGV at QG=512 (9 MiB); QR=16:QG=1 runs with 128 items per group (5.7 MiB) and dies with
- * 4096. Fused parameters whose private arrays could pass this budget are refused on CPU devices:
- * 8x under the default stack, and still 2x under a 2 MiB one. */
+ * 4096. Parameters whose private arrays could pass this budget per work-group are refused (for
+ * the CPU shape everywhere, for the GPU shape on CPU devices): 8x under the default stack, and
+ * still 2x under a 2 MiB one. */
 #define CPU_PRIVATE_BUDGET (1u << 20)
 
 /* Private bytes of one flash_cpu work-item at head size MAX_HEAD (DVP = 256): per row group QG x
@@ -141,15 +141,20 @@ static int matmul_gpu_check(const clattn_context *ctx, const clattn_tuning *t, c
     return 1;
 }
 
+/* 1 when parameter `name`, a group of `items` work-items, exceeds the device (reason in why). */
+static int over_max_wg(const clattn_context *ctx, const char *name, int items, char *why,
+                       size_t n)
+{
+    if (!ctx->max_wg || (size_t)items <= ctx->max_wg)
+        return 0;
+    snprintf(why, n, "%s=%d is over this device's maximum work-group size %zu", name, items,
+             ctx->max_wg);
+    return 1;
+}
+
 static int softmax_gpu_check(const clattn_context *ctx, const clattn_tuning *t, char *why, size_t n)
 {
-    int WG = param(t, "WG");
-    if (ctx->max_wg && (size_t)WG > ctx->max_wg) {
-        snprintf(why, n, "WG=%d is over this device's maximum work-group size %zu", WG,
-                 ctx->max_wg);
-        return 0;
-    }
-    return 1;
+    return !over_max_wg(ctx, "WG", param(t, "WG"), why, n);
 }
 
 static void softmax_gpu_fit(const clattn_context *ctx, clattn_tuning *t)
@@ -172,12 +177,7 @@ static int attention_cpu_check(const clattn_context *ctx, const clattn_tuning *t
                  MAX_HEAD, CPU_PRIVATE_BUDGET >> 10);
         return 0;
     }
-    if (ctx->max_wg && (size_t)WG > ctx->max_wg) {
-        snprintf(why, n, "WG=%d is over this device's maximum work-group size %zu", WG,
-                 ctx->max_wg);
-        return 0;
-    }
-    return 1;
+    return !over_max_wg(ctx, "WG", WG, why, n);
 }
 
 static int attention_gpu_check(const clattn_context *ctx, const clattn_tuning *t, char *why,
@@ -190,9 +190,8 @@ static int attention_gpu_check(const clattn_context *ctx, const clattn_tuning *t
     if (BQ > 4 * BK)
         snprintf(why, n, "BQ=%d is over 4 x BK=%d (flash_gpu on PoCL miscomputes such groups at "
                  "head sizes up to 4)", BQ, BK);
-    else if (ctx->max_wg && (size_t)BQ > ctx->max_wg)
-        snprintf(why, n, "BQ=%d is over this device's maximum work-group size %zu", BQ,
-                 ctx->max_wg);
+    else if (over_max_wg(ctx, "BQ", BQ, why, n))
+        return 0;
     else if (ctx->local_mem && local > ctx->local_mem)
         snprintf(why, n, "BK=%d key tiles need %zu bytes of local memory at head size %d, over "
                  "this device's %zu", BK, local, MAX_HEAD, ctx->local_mem);
@@ -218,12 +217,14 @@ static void attention_gpu_fit(const clattn_context *ctx, clattn_tuning *t)
     set(t, "BK", BK);
 }
 
-/* Parameter ranges. Names are the kernels' #define names. The upper bounds keep each kernel's
- * unrolled register tiles and private arrays within what compiles in seconds and runs without
- * spilling out of a CPU thread's stack (see CPU_PRIVATE_BUDGET); the cross-parameter rules are
- * the check functions above. */
+/* Parameter ranges; names are the kernels' #define names. Bounds are what the kernels support
+ * (vector widths, 16-key blocks, QR <= 16 row corrections in one float16) or lie past any useful
+ * tile; the budgets and cross-parameter rules are the check functions above. Compile time grows
+ * with the unrolled tiles: PoCL 3.1 builds flash_cpu for head size 256 in about 10 s at the
+ * defaults and 2-4 minutes at QR=16. matmul=cpu TN: pack_b_panels transposes 16 x TN floats
+ * fully unrolled, 30 s at TN=256 and 14 minutes at TN=512. */
 static const param_range matmul_cpu_ranges[] = {
-    {"TM", 1, 64, ANY},  {"TN", 8, 512, ANY},  {"VN", 8, 16, POW2},
+    {"TM", 1, 64, ANY},  {"TN", 8, 256, ANY},  {"VN", 8, 16, POW2},
     {"KC", 1, 1 << 20, ANY}, {"RB", 1, 1 << 20, ANY}, {"PK", 1, 1 << 20, ANY}, {NULL, 0, 0, 0}};
 static const param_range matmul_gpu_ranges[] = {
     {"TSM", 1, 256, ANY}, {"TSN", 1, 256, ANY}, {"TSK", 1, 64, ANY},
@@ -377,7 +378,8 @@ static clattn_status apply_params(clattn_context *ctx, clattn_tuning *t, const v
         const char *eq = memchr(s, '=', (size_t)(stop - s));
         const param_range *r = eq ? find_range(d, s, (size_t)(eq - s)) : NULL;
         long v = 0;
-        list_ranges(d, known, sizeof known);
+        if (!r)
+            list_ranges(d, known, sizeof known);
         CHECK(ctx, eq, CLATTN_ERROR_INVALID_ARGUMENT,
               "tuning: %s=%s: bad parameter '%.*s' (expected NAME=value)", d->op, d->variant,
               (int)(stop - s), s);

@@ -66,7 +66,7 @@ static void test_refused(void **s)
         {"attention=gpu:BQ=100", "BQ=100"}, {"attention=gpu:BK=8", "BK=8"},
         {"attention=gpu:BQ=5:BK=1", "BQ=5"},
         /* matmul=cpu */
-        {"matmul=cpu:TN=20", "TN=20"}, {"matmul=cpu:VN=4", "VN=4"},
+        {"matmul=cpu:TN=20", "TN=20"}, {"matmul=cpu:TN=512:VN=16", "TN=512"}, {"matmul=cpu:VN=4", "VN=4"},
         {"matmul=cpu:TM=9:TN=64:VN=8", "TM x TN / VN"}, {"matmul=cpu:TM=65", "TM=65"},
         {"matmul=cpu:KC=0", "KC=0"}, {"matmul=cpu:RB=-1", "RB=-1"},
         {"matmul=cpu:PK=1048577", "PK=1048577"},
@@ -111,7 +111,7 @@ static void test_accepted(void **s)
         A("softmax=cpu:VW=16"), A("softmax=gpu:WG=1"), {"softmax=gpu:WG=1024", 1024},
         A("matmul=cpu:TM=1:TN=8:VN=8:KC=1:RB=1:PK=1"),
         A("matmul=cpu:TM=64:TN=8:VN=8:KC=1048576:RB=1048576:PK=1048576"),
-        A("matmul=cpu:TM=1:TN=512:VN=8"), A("matmul=cpu:TM=2:TN=512:VN=16"),
+        A("matmul=cpu:TM=2:TN=256:VN=8"), A("matmul=cpu:TM=4:TN=256:VN=16"),
         A("matmul=gpu:TSM=1:TSN=1:TSK=1:WPTM=1:WPTN=1"),
         A("matmul=gpu:TSM=256:TSN=256:TSK=64:WPTM=16:WPTN=16"),
         A("attention=cpu:QR=1:KB=16:WG=1:QG=1"), A("attention=cpu:QR=16:KB=16:WG=1:QG=32"),
@@ -231,7 +231,7 @@ typedef struct {
 static const fz_variant fz_variants[] = {
     {"matmul", "cpu",
      {{"TM", "1,2,3,5,6,7,12,16,32,64,65"},
-      {"TN", "8,16,24,32,48,64,128,512,20,7,513"},
+      {"TN", "8,16,24,32,48,64,128,256,20,7,272"},
       {"VN", "8,16,8,16,4,12"},
       {"KC", "1,2,3,7,16,64,4096,1048576,1048577"},
       {"RB", "1,2,3,32,4096,1048576,1048577"},
