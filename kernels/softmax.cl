@@ -13,6 +13,14 @@
 #ifndef WG
 #define WG 128
 #endif
+/* The row kernel has float8 and float16 paths; the tree reductions halve the group. tuning.c
+ * refuses other values when it parses them. */
+#if VW != 8 && VW != 16
+#error "VW must be 8 or 16"
+#endif
+#if WG < 1 || (WG & (WG - 1)) != 0
+#error "WG must be a power of two"
+#endif
 
 #define MASK_PARAMS                                                                              \
     int Q, int D1, __global const int *lens, int lens_off, int lens_mode,                        \

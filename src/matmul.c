@@ -145,24 +145,18 @@ static clattn_status enqueue_tiled(clattn_context *ctx, const clattn_tuning *tun
     int a_off = (int)A->offset, b_off = (int)B->offset, c_off = (int)C->offset;
     int bias_off = bias ? (int)bias->offset : 0;
     cl_mem bias_buf = bias ? bias->buf : NULL;
-    CHECK(ctx, TSM % WPTM == 0 && TSN % WPTN == 0, CLATTN_ERROR_INVALID_ARGUMENT,
-          "tuning: matmul=gpu needs TSM a multiple of WPTM and TSN of WPTN (TSM=%d WPTM=%d TSN=%d "
-          "WPTN=%d)", TSM, WPTM, TSN, WPTN);
-    int threads = (TSM / WPTM) * (TSN / WPTN);
-    CHECK(ctx, TSM * TSK % threads == 0 && TSN * TSK % threads == 0, CLATTN_ERROR_INVALID_ARGUMENT,
-          "tuning: matmul=gpu: the TSMxTSK and TSNxTSK tiles (%dx%d, %dx%d) must split evenly over "
-          "the %d work-items of a group", TSM, TSK, TSN, TSK, threads);
-    /* A tile over twice the matrix only multiplies zeros (and idles the GPU's other cores):
-     * halve it while it is, down to 32 (each size is one more program build), keeping the
-     * divisibility checked above. */
+    /* tuning.c checked the divisibility rules of the tile (TSM by WPTM, TSN by WPTN, both tiles
+     * by the group) when it parsed them; halving a side that stays a multiple of its WPT keeps
+     * them. A tile over twice the matrix only multiplies zeros (and idles the GPU's other cores):
+     * halve it while it is, down to 32 (each size is one more program build). */
     while (TSM % (2 * WPTM) == 0 && TSM / 2 >= M && TSM / 2 >= 32)
         set_param(&tune, "TSM", TSM /= 2);
     while (TSN % (2 * WPTN) == 0 && TSN / 2 >= N && TSN / 2 >= 32)
         set_param(&tune, "TSN", TSN /= 2);
     clGetDeviceInfo(ctx->device, CL_DEVICE_MAX_WORK_ITEM_SIZES, sizeof item_max, item_max, NULL);
     /* Clamp to the device: halve the larger tile dimension (and with it the group) until the group
-     * and its local memory fit the device and the compiled kernel. Halving keeps the divisibility
-     * checked above. */
+     * and its local memory fit the device and the compiled kernel. tuning.c refused tiles whose
+     * smallest halving does not fit the device; only the compiled kernel's limit can stop this. */
     for (;;) {
         size_t lx = (size_t)(TSN / WPTN), ly = (size_t)(TSM / WPTM);
         size_t lmem = (size_t)TSK * (TSM + TSN + 2) * sizeof(float);
@@ -236,7 +230,7 @@ static clattn_status enqueue_packed(clattn_context *ctx, const clattn_tuning *tu
     cl_kernel km;
     cl_mem buf;
     int TM = clattn__tune_int(tune, "TM", 6), TN = clattn__tune_int(tune, "TN", 16);
-    int VN = clattn__tune_int(tune, "VN", 8), RB = clattn__tune_int(tune, "RB", 32);
+    int RB = clattn__tune_int(tune, "RB", 32);
     int PK = clattn__tune_int(tune, "PK", 16);
     int M = a.rows, N = b.cols, K = a.cols, c_off = (int)C->offset;
     int bias_off = bias ? (int)bias->offset : 0;
@@ -248,12 +242,6 @@ static clattn_status enqueue_packed(clattn_context *ctx, const clattn_tuning *tu
     size_t pa = a_direct ? 0 : clattn__div_up((size_t)M, TM) * TM * K;
     size_t pb = clattn__div_up((size_t)N, TN) * TN * K;
     size_t total = pa * nba + pb * nbb;
-    /* KC and the rest only shape the loops; these would not compile or would make no sense. */
-    CHECK(ctx, (VN == 8 || VN == 16) && TN % VN == 0, CLATTN_ERROR_INVALID_ARGUMENT,
-          "tuning: matmul=cpu needs VN 8 or 16 and TN a multiple of VN (TN=%d VN=%d)", TN, VN);
-    CHECK(ctx, TM * (TN / VN) <= 64, CLATTN_ERROR_INVALID_ARGUMENT,
-          "tuning: matmul=cpu register tile TM x TN / VN = %d vectors is over 64 (TM=%d TN=%d "
-          "VN=%d)", TM * (TN / VN), TM, TN, VN);
     CHECK(ctx, total <= (size_t)INT32_MAX, CLATTN_ERROR_UNSUPPORTED,
           "matmul: packed operands of %zu elements exceed 32-bit indexing", total);
     CHECK_ST(clattn__scratch(ctx, CLATTN_SCRATCH_OP, total * 4, &buf));

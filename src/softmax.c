@@ -48,8 +48,16 @@ clattn_status clattn__enqueue_softmax(clattn_context *ctx, const clattn_tuning *
                               ARG(m->mask_off), ARG(m->ms),
                               ARG(m->causal), ARG(m->fill), ARGS_END));
     if (gpu) {
+        size_t kernel_wg = 0;
         lws = (size_t)clattn__tune_int(tune, "WG", 128);
         gws = (size_t)nrows * lws;
+        /* tuning.c held WG to the device's maximum; the compiled kernel may allow less. */
+        CHECK_CL(ctx, clGetKernelWorkGroupInfo(k, ctx->device, CL_KERNEL_WORK_GROUP_SIZE,
+                                               sizeof kernel_wg, &kernel_wg, NULL),
+                 "clGetKernelWorkGroupInfo(masked_softmax_wg)");
+        CHECK(ctx, lws <= kernel_wg, CLATTN_ERROR_UNSUPPORTED,
+              "tuning: softmax=gpu:WG=%zu: the compiled kernel runs at most %zu work-items per "
+              "group on this device", lws, kernel_wg);
     } else {
         lws = 0;
         gws = (size_t)nrows;

@@ -1,9 +1,11 @@
 /* Per-device kernel variants and parameters: a const table plus the CLATTN_TUNE override.
  *
  * Override syntax (CLATTN_TUNE or clattn_params.tuning), comma-separated entries:
- *     op=variant[:NAME=value]...      e.g.  "matmul=gpu:TS=8,softmax=gpu:WG=64"
+ *     op=variant[:NAME=value]...      e.g.  "matmul=gpu:TSM=64,softmax=gpu:WG=64"
  * An entry replaces the table's choice for that op; parameters not named keep the variant's
- * defaults. Unknown ops, variants or parameter names are errors, never ignored. */
+ * defaults. Unknown ops, variants or parameter names, an op or a parameter given twice, empty
+ * entries and values outside a parameter's range are errors, never ignored or clamped: an
+ * override that is accepted computes correct results on every call. */
 #include "internal.h"
 #include <ctype.h>
 #include <stdio.h>
@@ -11,31 +13,258 @@
 #include <string.h>
 #include <strings.h>
 
+/* Constraints on a parameter's value besides [min, max]. */
+enum { ANY = 0, POW2 = 1, MUL16 = 2 };
+
+typedef struct {
+    const char *name;
+    int min, max, flags;
+} param_range;
+
+/* A variant's cross-parameter and device rules: 1 when t meets them, else 0 with the reason in
+ * why. Device limits that are 0 (no device: tools/clattn-kernels) are not checked. */
+typedef int (*variant_check)(const clattn_context *ctx, const clattn_tuning *t, char *why,
+                             size_t n);
+/* Shrinks the table's own choice to this device's limits; overrides are checked, never shrunk. */
+typedef void (*variant_fit)(const clattn_context *ctx, clattn_tuning *t);
+
 typedef struct {
     const char *op, *variant;
-    const char *params; /* defaults, "NAME=value:NAME=value" */
+    const char *params;         /* defaults, "NAME=value:NAME=value" */
+    const param_range *ranges;  /* every parameter the variant has, ended by a NULL name */
+    variant_check check;        /* NULL: none */
+    variant_fit fit;            /* NULL: none */
 } variant_def;
 
-/* Every variant the library can build. Parameter names are the kernels' #define names. */
+static int param(const clattn_tuning *t, const char *name)
+{
+    return clattn__tune_int(t, name, 0);
+}
+
+/* Largest head sizes the fused kernels take (FLASH_MAX_DIM in flash.c): their parameters are
+ * checked for these, so that every head size runs. */
+#define MAX_HEAD 256
+
+/* PoCL (and other CPU runtimes) run a work-group's items as a loop in one thread, whose stack
+ * holds the private arrays of every item of the group at once; the thread stack is the process's
+ * stack limit (ulimit -s, 8 MiB by default). Measured with PoCL 3.1 at head size 256: flash_cpu
+ * with QR=16 runs with QG=384 in one item (about 6.8 MiB by private_cpu below) and dies with
+ * SIGSEGV at QG=512 (9 MiB); QR=16:QG=1 runs with 128 items per group (5.7 MiB) and dies with
+ * 4096. Parameters whose private arrays could pass this budget per work-group are refused (for
+ * the CPU shape everywhere, for the GPU shape on CPU devices): 8x under the default stack, and
+ * still 2x under a 2 MiB one. */
+#define CPU_PRIVATE_BUDGET (1u << 20)
+
+/* Private bytes of one flash_cpu work-item at head size MAX_HEAD (DVP = 256): per row group QG x
+ * QR rows of state (outputs DVP floats, a float16 of sums, max, row and limit), per group in
+ * flight QR rows of scores and probabilities (KB floats each) and of outputs, plus the K and V
+ * vectors of one step. */
+static size_t private_cpu(size_t QR, size_t KB, size_t QG)
+{
+    size_t row_state = MAX_HEAD * 4 + 64 + 12, row_work = 8 * KB + MAX_HEAD * 4 + 64 + 12;
+    return QG * QR * row_state + 8 * QG + QR * row_work + 4 * KB + MAX_HEAD * 4 + 64;
+}
+
+/* flash_gpu keeps its row of q (DP), of the output (DVP) and the BK scores of a tile in private
+ * memory, live across the group's barriers. */
+static size_t private_gpu(size_t BK)
+{
+    return (2 * MAX_HEAD + BK) * 4 + 64;
+}
+
+/* Local memory of flash_gpu at head size MAX_HEAD: K (DP + 1 per row) and V tiles of BK keys. */
+static size_t local_gpu(size_t BK)
+{
+    return BK * (MAX_HEAD + 1 + MAX_HEAD) * 4 + 4;
+}
+
+static int is_cpu(const clattn_context *ctx)
+{
+    return (ctx->type & CL_DEVICE_TYPE_CPU) != 0;
+}
+
+static void set(clattn_tuning *t, const char *name, int value)
+{
+    for (int i = 0; i < t->nparams; i++)
+        if (strcmp(t->names[i], name) == 0)
+            t->values[i] = value;
+}
+
+static int matmul_cpu_check(const clattn_context *ctx, const clattn_tuning *t, char *why, size_t n)
+{
+    int TM = param(t, "TM"), TN = param(t, "TN"), VN = param(t, "VN");
+    (void)ctx;
+    if (TN % VN != 0)
+        snprintf(why, n, "TN=%d must be a multiple of VN=%d", TN, VN);
+    else if (TM * (TN / VN) > 64) /* accumulators past 64 vectors only spill (and compile slowly) */
+        snprintf(why, n, "the register tile TM x TN / VN = %d x %d / %d = %d vectors is over 64",
+                 TM, TN, VN, TM * (TN / VN));
+    else
+        return 1;
+    return 0;
+}
+
+/* The smallest tile side the launch may halve ts to (matmul.c keeps it a multiple of wpt). */
+static int smallest_tile(int ts, int wpt)
+{
+    while (ts % (2 * wpt) == 0)
+        ts /= 2;
+    return ts;
+}
+
+static int matmul_gpu_check(const clattn_context *ctx, const clattn_tuning *t, char *why, size_t n)
+{
+    int TSM = param(t, "TSM"), TSN = param(t, "TSN"), TSK = param(t, "TSK");
+    int WPTM = param(t, "WPTM"), WPTN = param(t, "WPTN");
+    if (TSM % WPTM != 0 || TSN % WPTN != 0) {
+        snprintf(why, n, "TSM=%d must be a multiple of WPTM=%d and TSN=%d of WPTN=%d", TSM, WPTM,
+                 TSN, WPTN);
+        return 0;
+    }
+    int threads = (TSM / WPTM) * (TSN / WPTN);
+    if (TSM * TSK % threads != 0 || TSN * TSK % threads != 0) {
+        snprintf(why, n, "the TSM x TSK and TSN x TSK tiles (%dx%d, %dx%d) must split evenly "
+                 "over the (TSM/WPTM) x (TSN/WPTN) = %d work-items of a group", TSM, TSK, TSN, TSK,
+                 threads);
+        return 0;
+    }
+    /* The launch halves a tile that does not fit the device; what it cannot reach is refused. */
+    int sm = smallest_tile(TSM, WPTM), sn = smallest_tile(TSN, WPTN);
+    size_t group = (size_t)(sm / WPTM) * (size_t)(sn / WPTN);
+    size_t local = (size_t)TSK * (size_t)(sm + sn + 2) * 4;
+    if ((ctx->max_wg && group > ctx->max_wg) || (ctx->local_mem && local > ctx->local_mem)) {
+        snprintf(why, n, "even halved to TSM=%d TSN=%d the tile needs %zu work-items and %zu "
+                 "bytes of local memory per group (device: %zu and %zu)", sm, sn, group, local,
+                 ctx->max_wg, ctx->local_mem);
+        return 0;
+    }
+    return 1;
+}
+
+/* 1 when parameter `name`, a group of `items` work-items, exceeds the device (reason in why). */
+static int over_max_wg(const clattn_context *ctx, const char *name, int items, char *why,
+                       size_t n)
+{
+    if (!ctx->max_wg || (size_t)items <= ctx->max_wg)
+        return 0;
+    snprintf(why, n, "%s=%d is over this device's maximum work-group size %zu", name, items,
+             ctx->max_wg);
+    return 1;
+}
+
+static int softmax_gpu_check(const clattn_context *ctx, const clattn_tuning *t, char *why, size_t n)
+{
+    return !over_max_wg(ctx, "WG", param(t, "WG"), why, n);
+}
+
+static void softmax_gpu_fit(const clattn_context *ctx, clattn_tuning *t)
+{
+    int WG = param(t, "WG");
+    while (ctx->max_wg && (size_t)WG > ctx->max_wg && WG > 1)
+        WG /= 2;
+    set(t, "WG", WG);
+}
+
+static int attention_cpu_check(const clattn_context *ctx, const clattn_tuning *t, char *why,
+                               size_t n)
+{
+    int QR = param(t, "QR"), KB = param(t, "KB"), WG = param(t, "WG"), QG = param(t, "QG");
+    size_t bytes = (size_t)WG * private_cpu((size_t)QR, (size_t)KB, (size_t)QG);
+    if (bytes > CPU_PRIVATE_BUDGET) { /* the CPU shape: on a GPU this much would all spill */
+        snprintf(why, n, "WG=%d items of QG=%d x QR=%d rows (KB=%d) need about %zu KiB of private "
+                 "memory per work-group at head size %d, over the %u KiB a CPU thread's stack "
+                 "is trusted with: lower WG, QG, QR or KB", WG, QG, QR, KB, bytes >> 10,
+                 MAX_HEAD, CPU_PRIVATE_BUDGET >> 10);
+        return 0;
+    }
+    return !over_max_wg(ctx, "WG", WG, why, n);
+}
+
+static int attention_gpu_check(const clattn_context *ctx, const clattn_tuning *t, char *why,
+                               size_t n)
+{
+    int BQ = param(t, "BQ"), BK = param(t, "BK");
+    size_t local = local_gpu((size_t)BK), bytes = (size_t)BQ * private_gpu((size_t)BK);
+    /* PoCL 3.1 computes wrong outputs when a group has more items than the K tile has floats
+     * (BK x DP, DP = 4 for d <= 4), Oclgrind does not: refused until flash_gpu avoids it. */
+    if (BQ > 4 * BK)
+        snprintf(why, n, "BQ=%d is over 4 x BK=%d (flash_gpu on PoCL miscomputes such groups at "
+                 "head sizes up to 4)", BQ, BK);
+    else if (over_max_wg(ctx, "BQ", BQ, why, n))
+        return 0;
+    else if (ctx->local_mem && local > ctx->local_mem)
+        snprintf(why, n, "BK=%d key tiles need %zu bytes of local memory at head size %d, over "
+                 "this device's %zu", BK, local, MAX_HEAD, ctx->local_mem);
+    else if (is_cpu(ctx) && bytes > CPU_PRIVATE_BUDGET)
+        snprintf(why, n, "BQ=%d items (BK=%d) need about %zu KiB of private memory per "
+                 "work-group at head size %d, over the %u KiB a CPU device's thread stack is "
+                 "trusted with", BQ, BK, bytes >> 10, MAX_HEAD, CPU_PRIVATE_BUDGET >> 10);
+    else
+        return 1;
+    return 0;
+}
+
+static void attention_gpu_fit(const clattn_context *ctx, clattn_tuning *t)
+{
+    int BQ = param(t, "BQ"), BK = param(t, "BK");
+    while (ctx->max_wg && (size_t)BQ > ctx->max_wg && BQ > 1)
+        BQ /= 2;
+    while (ctx->local_mem && local_gpu((size_t)BK) > ctx->local_mem && BK > 1)
+        BK /= 2;
+    while (BQ > 4 * BK)
+        BQ /= 2;
+    set(t, "BQ", BQ);
+    set(t, "BK", BK);
+}
+
+/* Parameter ranges; names are the kernels' #define names. Bounds are what the kernels support
+ * (vector widths, 16-key blocks, QR <= 16 row corrections in one float16) or lie past any useful
+ * tile; the budgets and cross-parameter rules are the check functions above. Compile time grows
+ * with the unrolled tiles: PoCL 3.1 builds flash_cpu for head size 256 in about 10 s at the
+ * defaults and 2-4 minutes at QR=16. matmul=cpu TN: pack_b_panels transposes 16 x TN floats
+ * fully unrolled, 30 s at TN=256 and 14 minutes at TN=512. */
+static const param_range matmul_cpu_ranges[] = {
+    {"TM", 1, 64, ANY},  {"TN", 8, 256, ANY},  {"VN", 8, 16, POW2},
+    {"KC", 1, 1 << 20, ANY}, {"RB", 1, 1 << 20, ANY}, {"PK", 1, 1 << 20, ANY}, {NULL, 0, 0, 0}};
+static const param_range matmul_gpu_ranges[] = {
+    {"TSM", 1, 256, ANY}, {"TSN", 1, 256, ANY}, {"TSK", 1, 64, ANY},
+    {"WPTM", 1, 16, ANY}, {"WPTN", 1, 16, ANY}, {NULL, 0, 0, 0}};
+/* The row kernel has float8 and float16 paths only. */
+static const param_range softmax_cpu_ranges[] = {{"VW", 8, 16, POW2}, {NULL, 0, 0, 0}};
+/* The tree reductions halve the group. */
+static const param_range softmax_gpu_ranges[] = {{"WG", 1, 1024, POW2}, {NULL, 0, 0, 0}};
+/* Keys are handled 16 at a time and the row corrections live in one float16 (QR <= 16). */
+static const param_range attention_cpu_ranges[] = {
+    {"QR", 1, 16, ANY}, {"KB", 16, 256, MUL16}, {"WG", 1, 256, ANY}, {"QG", 1, 64, ANY},
+    {NULL, 0, 0, 0}};
+static const param_range attention_gpu_ranges[] = {
+    {"BQ", 1, 1024, ANY}, {"BK", 1, 256, ANY}, {NULL, 0, 0, 0}};
+static const param_range no_ranges[] = {{NULL, 0, 0, 0}};
+
+/* Every variant the library can build. */
 static const variant_def variants[] = {
     /* CPU shape: packed panels; each work-item owns a TN-wide column strip over RB row panels,
      * k-blocked by KC, with a TM x TN register tile of VN-wide vectors; PK k per packing item.
      * The defaults fit AVX2's 16 vector registers (12 accumulators); AVX-512 devices get a rule. */
-    {"matmul", "cpu", "TM=6:TN=16:VN=8:KC=4096:RB=32:PK=16"},
+    {"matmul", "cpu", "TM=6:TN=16:VN=8:KC=4096:RB=32:PK=16", matmul_cpu_ranges, matmul_cpu_check,
+     NULL},
     /* GPU shape: TSM x TSN work-group tiles staged through local memory TSK deep, a WPTM x WPTN
-     * register sub-tile per work-item (256 work-items, 16.5 KiB of local memory). */
-    {"matmul", "gpu", "TSM=128:TSN=128:TSK=16:WPTM=8:WPTN=8"},
+     * register sub-tile per work-item (256 work-items, 16.5 KiB of local memory). The launch
+     * halves a tile that does not fit the device (matmul.c). */
+    {"matmul", "gpu", "TSM=128:TSN=128:TSK=16:WPTM=8:WPTN=8", matmul_gpu_ranges, matmul_gpu_check,
+     NULL},
     /* CPU shape: one work-item per row, float8 vectors, three passes over the row (fits in L1). */
-    {"softmax", "cpu", "VW=8"},
+    {"softmax", "cpu", "VW=8", softmax_cpu_ranges, NULL, NULL},
     /* GPU shape: one work-group per row, tree reductions in local memory. */
-    {"softmax", "gpu", "WG=128"},
+    {"softmax", "gpu", "WG=128", softmax_gpu_ranges, softmax_gpu_check, softmax_gpu_fit},
     /* CPU shape: fused, QR query rows x KB keys in vector registers, K and V packed per block,
      * QG row groups per work-item sharing each block in L1, WG items of one batch per work-group. */
-    {"attention", "cpu", "QR=5:KB=64:WG=8:QG=2"},
+    {"attention", "cpu", "QR=5:KB=64:WG=8:QG=2", attention_cpu_ranges, attention_cpu_check, NULL},
     /* GPU shape: fused, a work-group of BQ rows shares BK-key tiles of K and V in local memory. */
-    {"attention", "gpu", "BQ=64:BK=16"},
+    {"attention", "gpu", "BQ=64:BK=16", attention_gpu_ranges, attention_gpu_check,
+     attention_gpu_fit},
     /* GEMM, masked softmax, GEMM: the path taken whenever the weights are returned. */
-    {"attention", "unfused", ""},
+    {"attention", "unfused", "", no_ranges, NULL, NULL},
 };
 
 typedef struct {
@@ -95,44 +324,91 @@ static void list_variants(const char *op, char *buf, size_t size)
                                      variants[i].variant, variants[i].params);
 }
 
-/* Applies "NAME=value:NAME=value" (up to len chars) to t; known names only unless adding. */
-static clattn_status apply_params(clattn_context *ctx, clattn_tuning *t, const char *s, size_t len,
-                                  int adding, const char *op)
+static const param_range *find_range(const variant_def *d, const char *name, size_t len)
+{
+    for (const param_range *r = d->ranges; r->name; r++)
+        if (strlen(r->name) == len && strncmp(r->name, name, len) == 0)
+            return r;
+    return NULL;
+}
+
+static void list_ranges(const variant_def *d, char *buf, size_t size)
+{
+    size_t used = 0;
+    buf[0] = '\0';
+    for (const param_range *r = d->ranges; r->name && used < size; r++)
+        used += (size_t)snprintf(buf + used, size - used, "%s%s", used ? ", " : "", r->name);
+}
+
+/* The integer that s[0, len) spells, '-'? digits, saturated far past every range; 0 when the
+ * text is anything else (signs, spaces, hex, exponents). */
+static int parse_int(const char *s, size_t len, long *v)
+{
+    size_t i = len > 1 && s[0] == '-';
+    long x = 0;
+    if (i == len)
+        return 0;
+    for (; i < len; i++) {
+        if (!isdigit((unsigned char)s[i]))
+            return 0;
+        x = x < 1000000000L ? x * 10 + (s[i] - '0') : x;
+    }
+    *v = s[0] == '-' ? -x : x;
+    return 1;
+}
+
+static int in_range(const param_range *r, long v)
+{
+    return v >= r->min && v <= r->max && (!(r->flags & POW2) || (v & (v - 1)) == 0) &&
+           (!(r->flags & MUL16) || v % 16 == 0);
+}
+
+/* Applies "NAME=value[:NAME=value]..." (len chars at s, at least one entry) to t: every name one
+ * of d's parameters, every value in its range. seen (NULL for the table's own strings) collects
+ * the names given, so that one given twice is an error. */
+static clattn_status apply_params(clattn_context *ctx, clattn_tuning *t, const variant_def *d,
+                                  const char *s, size_t len, unsigned *seen)
 {
     clattn_status st = CLATTN_SUCCESS;
     const char *end = s + len;
-    while (s < end) {
-        const char *colon = memchr(s, ':', (size_t)(end - s));
-        const char *stop = colon ? colon : end;
+    char known[128];
+    for (;;) {
+        const char *stop = memchr(s, ':', (size_t)(end - s));
+        stop = stop ? stop : end;
         const char *eq = memchr(s, '=', (size_t)(stop - s));
-        char name[24];
-        CHECK(ctx, eq && eq > s && (size_t)(eq - s) < sizeof name, CLATTN_ERROR_INVALID_ARGUMENT,
-              "tuning: bad parameter '%.*s' for %s (expected NAME=value)", (int)(stop - s), s, op);
-        memcpy(name, s, (size_t)(eq - s));
-        name[eq - s] = '\0';
-        char *num_end;
-        long v = strtol(eq + 1, &num_end, 10);
-        CHECK(ctx, num_end == stop && eq + 1 < stop && v > 0 && v <= 4096,
-              CLATTN_ERROR_INVALID_ARGUMENT, "tuning: %s.%s needs a positive integer <= 4096", op,
-              name);
-        int i = 0;
-        while (i < t->nparams && strcmp(t->names[i], name) != 0)
-            i++;
-        CHECK(ctx, i < t->nparams || adding, CLATTN_ERROR_INVALID_ARGUMENT,
-              "tuning: %s variant %s has no parameter %s", op, t->variant, name);
-        CHECK(ctx, i < CLATTN_MAX_TUNE_PARAMS, CLATTN_ERROR_INVALID_ARGUMENT,
-              "tuning: too many parameters");
-        if (i == t->nparams)
-            snprintf(t->names[t->nparams++], sizeof t->names[0], "%s", name);
+        const param_range *r = eq ? find_range(d, s, (size_t)(eq - s)) : NULL;
+        long v = 0;
+        if (!r)
+            list_ranges(d, known, sizeof known);
+        CHECK(ctx, eq, CLATTN_ERROR_INVALID_ARGUMENT,
+              "tuning: %s=%s: bad parameter '%.*s' (expected NAME=value)", d->op, d->variant,
+              (int)(stop - s), s);
+        CHECK(ctx, r, CLATTN_ERROR_INVALID_ARGUMENT,
+              "tuning: %s variant %s has no parameter %.*s (it has: %s)", d->op, d->variant,
+              (int)(eq - s), s, known[0] ? known : "none");
+        int i = (int)(r - d->ranges);
+        CHECK(ctx, !seen || !(*seen & 1u << i), CLATTN_ERROR_INVALID_ARGUMENT,
+              "tuning: %s=%s: parameter %s given twice", d->op, d->variant, r->name);
+        CHECK(ctx, parse_int(eq + 1, (size_t)(stop - eq - 1), &v) && in_range(r, v),
+              CLATTN_ERROR_INVALID_ARGUMENT, "tuning: %s=%s:%.*s: %s must be %s from %d to %d",
+              d->op, d->variant, (int)(stop - s), s, r->name,
+              r->flags & POW2 ? "a power of two" : r->flags & MUL16 ? "a multiple of 16"
+                                                                     : "an integer",
+              r->min, r->max);
+        if (seen)
+            *seen |= 1u << i;
         t->values[i] = (int)v;
-        s = colon ? colon + 1 : end;
+        if (stop == end)
+            break;
+        s = stop + 1;
     }
 fail:
     return st;
 }
 
+/* Starts t as variant (vlen chars) of op with its defaults; *out is its definition. */
 static clattn_status start_variant(clattn_context *ctx, clattn_tuning *t, const char *op,
-                                   const char *variant, size_t vlen)
+                                   const char *variant, size_t vlen, const variant_def **out)
 {
     char known[256];
     const variant_def *d = find_variant(op, variant, vlen);
@@ -144,10 +420,24 @@ static clattn_status start_variant(clattn_context *ctx, clattn_tuning *t, const 
     }
     memset(t, 0, sizeof *t);
     snprintf(t->variant, sizeof t->variant, "%s", d->variant);
-    return apply_params(ctx, t, d->params, strlen(d->params), 1, op);
+    for (const param_range *r = d->ranges; r->name; r++)
+        snprintf(t->names[t->nparams++], sizeof t->names[0], "%s", r->name);
+    *out = d;
+    return *d->params ? apply_params(ctx, t, d, d->params, strlen(d->params), NULL)
+                      : CLATTN_SUCCESS;
 }
 
-/* Finds the override entry for op in the comma-separated list; returns its text and length. */
+static void write_defines(clattn_tuning *t)
+{
+    size_t used = 0;
+    t->defines[0] = '\0';
+    for (int i = 0; i < t->nparams && used < sizeof t->defines; i++)
+        used += (size_t)snprintf(t->defines + used, sizeof t->defines - used, "-D %s=%d ",
+                                 t->names[i], t->values[i]);
+}
+
+/* Finds the first override entry for op in the comma-separated list; returns its text after
+ * "op=" and its length. */
 static const char *find_override(const char *list, const char *op, size_t *len)
 {
     size_t oplen = strlen(op);
@@ -163,55 +453,79 @@ static const char *find_override(const char *list, const char *op, size_t *len)
     return NULL;
 }
 
-clattn_status clattn__tune(clattn_context *ctx, const char *op, clattn_tuning *t)
+/* The table's choice of variant and parameters for op on this device, fitted to its limits. */
+static clattn_status table_choice(clattn_context *ctx, const char *op, clattn_tuning *t,
+                                  const variant_def **d)
 {
     clattn_status st = CLATTN_SUCCESS;
-    size_t len = 0;
-    const char *o = find_override(ctx->tuning, op, &len);
-    if (o) {
-        const char *colon = memchr(o, ':', len);
-        size_t vlen = colon ? (size_t)(colon - o) : len;
-        CHECK_ST(start_variant(ctx, t, op, o, vlen));
-        if (colon)
-            CHECK_ST(apply_params(ctx, t, colon + 1, len - vlen - 1, 0, op));
-    } else {
-        size_t i = 0, n = sizeof rules / sizeof rules[0];
-        for (; i < n; i++) {
-            const rule *r = &rules[i];
-            if (strcmp(r->op, op) == 0 && (!r->type || (r->type & ctx->type)) &&
-                (!r->vendor || ci_contains(ctx->vendor, r->vendor)) &&
-                (!r->name || ci_contains(ctx->name, r->name)))
-                break;
-        }
-        CHECK(ctx, i < n, CLATTN_ERROR_INVALID_ARGUMENT, "tuning: no rule for op %s", op);
-        CHECK_ST(start_variant(ctx, t, op, rules[i].variant, strlen(rules[i].variant)));
-        CHECK_ST(apply_params(ctx, t, rules[i].params, strlen(rules[i].params), 0, op));
+    size_t i = 0, n = sizeof rules / sizeof rules[0];
+    for (; i < n; i++) {
+        const rule *r = &rules[i];
+        if (strcmp(r->op, op) == 0 && (!r->type || (r->type & ctx->type)) &&
+            (!r->vendor || ci_contains(ctx->vendor, r->vendor)) &&
+            (!r->name || ci_contains(ctx->name, r->name)))
+            break;
     }
-    size_t used = 0;
-    t->defines[0] = '\0';
-    for (int i = 0; i < t->nparams && used < sizeof t->defines; i++)
-        used += (size_t)snprintf(t->defines + used, sizeof t->defines - used, "-D %s=%d ",
-                                 t->names[i], t->values[i]);
+    CHECK(ctx, i < n, CLATTN_ERROR_INVALID_ARGUMENT, "tuning: no rule for op %s", op);
+    CHECK_ST(start_variant(ctx, t, op, rules[i].variant, strlen(rules[i].variant), d));
+    if (*rules[i].params)
+        CHECK_ST(apply_params(ctx, t, *d, rules[i].params, strlen(rules[i].params), NULL));
+    if ((*d)->fit)
+        (*d)->fit(ctx, t);
 fail:
     return st;
 }
 
-/* Checks that every entry of the override names a known op, variant and parameters. */
+clattn_status clattn__tune(clattn_context *ctx, const char *op, clattn_tuning *t)
+{
+    clattn_status st = CLATTN_SUCCESS;
+    const variant_def *d = NULL;
+    char why[400];
+    size_t len = 0;
+    unsigned seen = 0;
+    const char *o = find_override(ctx->tuning, op, &len);
+    if (o) {
+        const char *colon = memchr(o, ':', len);
+        size_t vlen = colon ? (size_t)(colon - o) : len;
+        CHECK_ST(start_variant(ctx, t, op, o, vlen, &d));
+        if (colon)
+            CHECK_ST(apply_params(ctx, t, d, colon + 1, len - vlen - 1, &seen));
+    } else {
+        CHECK_ST(table_choice(ctx, op, t, &d));
+    }
+    /* An override the device cannot run is the caller's mistake; the table's own choice, still
+     * too big after fitting, is the device's limit. */
+    CHECK(ctx, !d->check || d->check(ctx, t, why, sizeof why),
+          o ? CLATTN_ERROR_INVALID_ARGUMENT : CLATTN_ERROR_UNSUPPORTED, "tuning: %s=%s: %s", op,
+          t->variant, why);
+    write_defines(t);
+fail:
+    return st;
+}
+
+/* Checks every entry of the override: a known op given once, a known variant, known parameters
+ * in range, no empty entries. */
 clattn_status clattn__check_tuning(clattn_context *ctx)
 {
     clattn_status st = CLATTN_SUCCESS;
     clattn_tuning t;
-    for (const char *s = ctx->tuning; *s;) {
+    for (const char *s = ctx->tuning; *ctx->tuning;) {
         const char *comma = strchr(s, ',');
-        size_t n = comma ? (size_t)(comma - s) : strlen(s);
+        size_t n = comma ? (size_t)(comma - s) : strlen(s), len = 0;
         char op[32];
         const char *eq = memchr(s, '=', n);
-        CHECK(ctx, eq && (size_t)(eq - s) < sizeof op, CLATTN_ERROR_INVALID_ARGUMENT,
+        CHECK(ctx, n > 0, CLATTN_ERROR_INVALID_ARGUMENT,
+              "tuning: empty entry in '%s' (entries are separated by single commas)", ctx->tuning);
+        CHECK(ctx, eq && eq > s && (size_t)(eq - s) < sizeof op, CLATTN_ERROR_INVALID_ARGUMENT,
               "tuning: entry '%.*s' is not op=variant[:NAME=value]", (int)n, s);
         memcpy(op, s, (size_t)(eq - s));
         op[eq - s] = '\0';
+        CHECK(ctx, find_override(ctx->tuning, op, &len) == eq + 1, CLATTN_ERROR_INVALID_ARGUMENT,
+              "tuning: op %s given twice", op);
         CHECK_ST(clattn__tune(ctx, op, &t));
-        s = comma ? comma + 1 : s + n;
+        if (!comma)
+            break;
+        s = comma + 1;
     }
 fail:
     return st;
@@ -231,22 +545,18 @@ static int add_listing(clattn_variant_info *out, int max, int n, const char *op,
                        const char *variant, const char *params)
 {
     clattn_tuning t;
-    char defines[sizeof t.defines];
-    size_t used = 0;
-    if (start_variant(NULL, &t, op, variant, strlen(variant)) != CLATTN_SUCCESS ||
-        apply_params(NULL, &t, params, strlen(params), 0, op) != CLATTN_SUCCESS)
-        return n; /* unreachable: the table's own defaults always parse */
-    defines[0] = '\0';
-    for (int i = 0; i < t.nparams && used < sizeof defines; i++)
-        used += (size_t)snprintf(defines + used, sizeof defines - used, "-D %s=%d ", t.names[i],
-                                 t.values[i]);
+    const variant_def *d;
+    if (start_variant(NULL, &t, op, variant, strlen(variant), &d) != CLATTN_SUCCESS ||
+        (*params && apply_params(NULL, &t, d, params, strlen(params), NULL) != CLATTN_SUCCESS))
+        return n; /* unreachable: the table's own strings always parse (tests/test_tuning.c) */
+    write_defines(&t);
     for (int i = 0; i < n && i < max; i++)
-        if (strcmp(out[i].op, op) == 0 && strcmp(out[i].defines, defines) == 0)
+        if (strcmp(out[i].op, op) == 0 && strcmp(out[i].defines, t.defines) == 0)
             return n;
     if (n < max) {
         out[n].op = op;
         out[n].variant = variant;
-        snprintf(out[n].defines, sizeof out[n].defines, "%s", defines);
+        snprintf(out[n].defines, sizeof out[n].defines, "%s", t.defines);
     }
     return n + 1;
 }
