@@ -135,7 +135,10 @@ static void fake_device(cl_device_type type, size_t max_wg, size_t local_mem, co
     fake.type = type;
     fake.max_wg = max_wg;
     fake.local_mem = local_mem;
-    snprintf(fake.tuning, sizeof fake.tuning, "%s", tuning);
+    static char text[4096], unset[1]; /* settings are heap strings, "" when unset */
+    snprintf(text, sizeof text, "%s", tuning);
+    fake.tuning = text;
+    fake.kernel_dir = fake.cache_dir = unset;
 }
 
 static void expect_fake(clattn_status want, const char *needle)
