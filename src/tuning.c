@@ -186,10 +186,11 @@ static int attention_gpu_check(const clattn_context *ctx, const clattn_tuning *t
     int BQ = param(t, "BQ"), BK = param(t, "BK");
     size_t local = local_gpu((size_t)BK), bytes = (size_t)BQ * private_gpu((size_t)BK);
     /* PoCL 3.1 computes wrong outputs when a group has more items than the K tile has floats
-     * (BK x DP, DP = 4 for d <= 4), Oclgrind does not: refused until flash_gpu avoids it. */
-    if (BQ > 4 * BK)
-        snprintf(why, n, "BQ=%d is over 4 x BK=%d (flash_gpu on PoCL miscomputes such groups at "
-                 "head sizes up to 4)", BQ, BK);
+     * (BK x DP; DP, the padded head size, is at least 16), Oclgrind does not; neither an
+     * atomic-free group vote nor equal trip counts in the tile loads changed that. Refused. */
+    if (BQ > 16 * BK)
+        snprintf(why, n, "BQ=%d is over 16 x BK=%d (flash_gpu on PoCL miscomputes groups with "
+                 "more items than K-tile floats)", BQ, BK);
     else if (over_max_wg(ctx, "BQ", BQ, why, n))
         return 0;
     else if (ctx->local_mem && local > ctx->local_mem)
@@ -211,7 +212,7 @@ static void attention_gpu_fit(const clattn_context *ctx, clattn_tuning *t)
         BQ /= 2;
     while (ctx->local_mem && local_gpu((size_t)BK) > ctx->local_mem && BK > 1)
         BK /= 2;
-    while (BQ > 4 * BK)
+    while (BQ > 16 * BK)
         BQ /= 2;
     set(t, "BQ", BQ);
     set(t, "BK", BK);

@@ -63,8 +63,8 @@ static void test_refused(void **s)
         {"attention=cpu:QR=16:QG=64", "QG=64"}, {"attention=cpu:WG=64", "WG=64"},
         {"attention=cpu:WG=257", "WG=257"}, {"attention=gpu:BQ=1025", "BQ=1025"},
         {"attention=gpu:BK=0", "BK=0"}, {"attention=gpu:BK=257", "BK=257"},
-        {"attention=gpu:BQ=100", "BQ=100"}, {"attention=gpu:BK=8", "BK=8"},
-        {"attention=gpu:BQ=5:BK=1", "BQ=5"},
+        {"attention=gpu:BQ=257", "BQ=257"}, {"attention=gpu:BQ=64:BK=2", "BQ=64"},
+        {"attention=gpu:BQ=17:BK=1", "BQ=17"},
         /* matmul=cpu */
         {"matmul=cpu:TN=20", "TN=20"}, {"matmul=cpu:TN=512:VN=16", "TN=512"}, {"matmul=cpu:VN=4", "VN=4"},
         {"matmul=cpu:TM=9:TN=64:VN=8", "TM x TN / VN"}, {"matmul=cpu:TM=65", "TM=65"},
@@ -116,7 +116,8 @@ static void test_accepted(void **s)
         A("matmul=gpu:TSM=256:TSN=256:TSK=64:WPTM=16:WPTN=16"),
         A("attention=cpu:QR=1:KB=16:WG=1:QG=1"), A("attention=cpu:QR=16:KB=16:WG=1:QG=32"),
         A("attention=cpu:QR=1:KB=256:WG=1:QG=64"), A("attention=cpu:QR=16:QG=1:WG=22"),
-        A("attention=gpu:BQ=1:BK=1"), A("attention=gpu:BQ=4:BK=1"),
+        A("attention=gpu:BQ=1:BK=1"), A("attention=gpu:BQ=16:BK=1"), A("attention=gpu:BQ=100"),
+        A("attention=gpu:BK=8"), A("attention=gpu:BQ=5:BK=1"),
         A("attention=gpu:BQ=256:BK=256"), {"attention=gpu:BQ=400:BK=100", 400}, A("matmul=gpu,softmax=gpu,attention=gpu"),
 #undef A
     };
@@ -189,7 +190,10 @@ static void test_device_limits(void **s)
     expect_fake(CLATTN_SUCCESS, NULL);
     assert_int_equal(tuned("softmax", "WG"), 64);
     assert_int_equal(tuned("attention", "BK"), 8);
-    assert_int_equal(tuned("attention", "BQ"), 32); /* BK=8 tiles: at most 4 x 8 items */
+    assert_int_equal(tuned("attention", "BQ"), 64); /* BK=8 tiles: at most 16 x 8 items */
+    fake_device(GPU, 256, 4096, ""); /* BK=1 tiles (2056 bytes): BQ at most 16 */
+    assert_int_equal(tuned("attention", "BK"), 1);
+    assert_int_equal(tuned("attention", "BQ"), 16);
     fake_device(GPU, 64, 65536, "");
     assert_int_equal(tuned("attention", "BK"), 16);
     assert_int_equal(tuned("attention", "BQ"), 64);
