@@ -1,4 +1,5 @@
-/* clattn dropout: y[e] = keep(e) ? x[e] * scale : 0 over n contiguous floats.
+/* clattn dropout: y[e] = x[e] * (keep(e) ? scale : 0) over n contiguous floats: a product, as
+ * PyTorch's x * mask / (1 - p), so a dropped NaN or infinity gives NaN rather than 0.
  *
  * Layout: x and y are flat float32 arrays at element offsets x_off, y_off (y may alias x); the
  * stream index of element e is first + e, so a sub-range of a larger tensor draws the same mask
@@ -13,5 +14,5 @@ __kernel void dropout(__global const float *x, int x_off, __global float *y, int
     if (e >= n)
         return;
     float v = x[x_off + e];
-    y[y_off + e] = clattn_dropout_keep(first + (ulong)e, seed, offset, threshold) ? v * scale : 0.0f;
+    y[y_off + e] = v * (clattn_dropout_keep(first + (ulong)e, seed, offset, threshold) ? scale : 0.0f);
 }

@@ -173,13 +173,14 @@ static inline float hsum16(float16 v)
     return (b.x + b.y) + (b.z + b.w);
 }
 
-/* p * dscale where element e of the dropout stream is kept, else 0. */
+/* p * dscale where element e of the dropout stream is kept, else p * 0 (NaN stays NaN, as in
+ * dropout.cl). */
 static inline float16 drop16(float16 p, ulong e, uint2 seed, uint2 offset, uint threshold, float dscale)
 {
     float t[16];
     vstore16(p, 0, t);
     for (int i = 0; i < 16; i++)
-        t[i] = clattn_dropout_keep(e + (ulong)i, seed, offset, threshold) ? t[i] * dscale : 0.0f;
+        t[i] *= clattn_dropout_keep(e + (ulong)i, seed, offset, threshold) ? dscale : 0.0f;
     return vload16(0, t);
 }
 
@@ -466,8 +467,8 @@ void flash_gpu(__global const float *Q, int4 ql, __global const float *K, int4 k
             float p = exp(s[k] - mz);
             l += p;
             if (drop)
-                p = clattn_dropout_keep(((ulong)bb * nq + rowc) * nk + kbase + k, seed, offset,
-                                        threshold) ? p * dscale : 0.0f;
+                p *= clattn_dropout_keep(((ulong)bb * nq + rowc) * nk + kbase + k, seed, offset,
+                                         threshold) ? dscale : 0.0f;
             for (int c = 0; c < DVP; c++)
                 acc[c] = mad(p, Vs[k][c], acc[c]);
         }

@@ -127,7 +127,7 @@ void ref_dropout(double *x, size_t n, unsigned long long first, unsigned long lo
 {
     double scale = p < 1.0 ? 1.0 / (1.0 - (float)p) : 0.0;
     for (size_t i = 0; i < n; i++)
-        x[i] = ref_dropout_keep(first + i, seed, offset, p) ? x[i] * scale : 0.0;
+        x[i] *= ref_dropout_keep(first + i, seed, offset, p) ? scale : 0.0; /* NaN * 0 is NaN */
 }
 
 void ref_attention(const ref_mask *m, int d, int dv, const double *q, const double *k,

@@ -244,6 +244,16 @@ static void test_dropout(void **s)
           {1, {2}, 16, 24, 8, 8, .p = 1.0f, .seed = 1});
 }
 
+/* Dropout is a product, as PyTorch's w * mask / (1 - p): a NaN weight (a row that sees a NaN key)
+ * stays NaN when dropped, p = 1 included, on the fused and unfused paths alike. */
+static void test_dropout_nan_rows(void **s)
+{
+    (void)s;
+    CASES({1, {2}, 16, 24, 8, 8, {.causal = 1}, .p = 1.0f, .seed = 1, .nan_k = 3},
+          {1, {2}, 16, 24, 8, 8, {.causal = 1}, .p = 0.5f, .seed = 5, .nan_k = 9},
+          {0, {0}, 3, 2, 4, 5, .p = 0.9f, .seed = 11, .nan_k = 1});
+}
+
 /* same seed: identical output; another seed: different; weights unaffected by dropout */
 static void test_dropout_reproducible(void **s)
 {
@@ -405,6 +415,7 @@ int main(void)
         cmocka_unit_test(test_shapes),          cmocka_unit_test(test_valid_lens),
         cmocka_unit_test(test_masks_and_causal), cmocka_unit_test(test_large_logits),
         cmocka_unit_test(test_toy_identical_keys), cmocka_unit_test(test_dropout),
+        cmocka_unit_test(test_dropout_nan_rows),
         cmocka_unit_test(test_dropout_reproducible), cmocka_unit_test(test_explicit_scale),
         cmocka_unit_test(test_neg_inf_fill), cmocka_unit_test(test_huge_scores),
         cmocka_unit_test(test_identical_keys_huge), cmocka_unit_test(test_nan_in_blocked_rows),

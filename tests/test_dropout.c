@@ -90,6 +90,31 @@ static void test_no_ops_and_p_one(void **s)
     free(a); free(b); free(c); free(d); free(x);
 }
 
+/* A product, as PyTorch's x * mask / (1 - p): dropped NaN and infinities give NaN (p = 1
+ * included), dropped finite values give a zero of their sign; without training an exact copy. */
+static void test_non_finite(void **s)
+{
+    (void)s;
+    float *x = input();
+    const float special[6] = {NAN, INFINITY, -INFINITY, -1.0f, -0.0f, 3e38f};
+    for (size_t i = 0; i < N; i++)
+        if (i % 7 == 0)
+            x[i] = special[(i / 7) % 6];
+    const float ps[3] = {0.5f, 1.0f, 0.3f};
+    for (int t = 0; t < 3; t++) {
+        float p = ps[t], scale = p < 1.0f ? 1.0f / (1.0f - p) : 0.0f;
+        float *y = run(x, p, t < 2, 9 + t, 3, 0);
+        for (size_t i = 0; i < N; i++) {
+            float want = t < 2 ? x[i] * (ref_dropout_keep(i, 9 + t, 3, p) ? scale : 0.0f) : x[i];
+            if (isnan(want) ? !isnan(y[i]) : memcmp(&want, &y[i], 4) != 0)
+                fail_msg("p=%g training=%d element %zu (x = %g): %g, expected %g", p, t < 2, i, x[i],
+                         y[i], want);
+        }
+        free(y);
+    }
+    free(x);
+}
+
 static void test_bad_p(void **s)
 {
     (void)s;
@@ -112,7 +137,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_matches_reference_and_statistics),
         cmocka_unit_test(test_seeds_and_offsets), cmocka_unit_test(test_no_ops_and_p_one),
-        cmocka_unit_test(test_bad_p),
+        cmocka_unit_test(test_non_finite), cmocka_unit_test(test_bad_p),
     };
     return cmocka_run_group_tests(tests, h_setup, h_teardown);
 }
