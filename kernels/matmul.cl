@@ -136,37 +136,32 @@ PACK_ROWS(pack_a_rows, TM)
 PACK_ROWS(pack_b_rows, TN)
 PACK_PANELS(pack_b_panels, TN)
 
-/* Writes VN results of one tile row from column j0. The first k-slice applies beta and the bias;
- * later slices add their partial sums to what the earlier ones stored. */
-static inline void store_c(__global float *c, int j0, int N, floatN acc, int first, float alpha,
-                    float beta, __global const float *bias)
+/* One result from this k-slice's partial sum `acc` and what C holds (`old`, read only where it
+ * matters). With beta == 0 the slices before the last store raw partial sums and the last applies
+ * alpha once, so C is alpha * (A B) rounded as one product, as PyTorch's scale * (Q K^T) is (tied
+ * scores stay tied at any magnitude); with beta != 0 the first slice needs C's old value, so each
+ * slice adds its own alpha * partial sum to it. */
+#define COMBINE_C(T, acc, old, b, first, last, alpha, beta)                                   \
+    (beta == 0.0f ? ((first) ? (acc) : (old) + (acc)) * (T)((last) ? (alpha) : 1.0f) +         \
+                        ((last) ? (b) : (T)(0.0f))                                               \
+                  : (acc) * (T)(alpha) + ((first) ? (T)(beta) * (old) + (b) : (old)))
+
+/* Writes VN results of one tile row from column j0 (see COMBINE_C). */
+static inline void store_c(__global float *c, int j0, int N, floatN acc, int first, int last,
+                           float alpha, float beta, __global const float *bias)
 {
+    int read_old = !first || beta != 0.0f; /* beta == 0 never reads C's old contents */
     if (j0 + VN <= N) {
-        floatN o = acc * (floatN)(alpha);
-        if (!first)
-            o += vloadN(0, c + j0);
-        else {
-            if (beta != 0.0f)
-                o += (floatN)(beta) * vloadN(0, c + j0);
-            if (bias)
-                o += vloadN(0, bias + j0);
-        }
-        vstoreN(o, 0, c + j0);
+        floatN old = read_old ? vloadN(0, c + j0) : (floatN)(0.0f);
+        floatN b = bias ? vloadN(0, bias + j0) : (floatN)(0.0f);
+        vstoreN(COMBINE_C(floatN, acc, old, b, first, last, alpha, beta), 0, c + j0);
         return;
     }
     float t[VN];
     vstoreN(acc, 0, t);
     for (int w = 0; w < VN && j0 + w < N; w++) {
-        float o = alpha * t[w];
-        if (!first)
-            o += c[j0 + w];
-        else {
-            if (beta != 0.0f)
-                o += beta * c[j0 + w];
-            if (bias)
-                o += bias[j0 + w];
-        }
-        c[j0 + w] = o;
+        float old = read_old ? c[j0 + w] : 0.0f, b = bias ? bias[j0 + w] : 0.0f;
+        c[j0 + w] = COMBINE_C(float, t[w], old, b, first, last, alpha, beta);
     }
 }
 
@@ -226,7 +221,7 @@ static inline __attribute__((always_inline)) void gemm_strip(__global const floa
 #pragma unroll
                     for (int v = 0; v < NV; v++)
                         store_c(c + (size_t)row * N, pj * TN + v * VN, N, acc[i][v], k0 == 0,
-                                alpha, beta, bias);
+                                k0 + kn >= K, alpha, beta, bias);
             }
         }
     }

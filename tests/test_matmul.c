@@ -4,6 +4,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 /* Float32 accumulation over K terms errs by about sqrt(K) * 6e-8 times the magnitude sum; the
  * allowed error is 1e-4 of max(|C|, sum|a b| / sqrt(K)), the size of a typical random dot product,
@@ -174,6 +175,43 @@ static void test_offsets(void **s)
     free(all); free(ref); free(mag);
 }
 
+/* C = alpha * (A B) is one rounded product, as PyTorch's scale * (Q K^T): A and B hold small
+ * integers, so every order of summation gives the exact A B, and C must be exactly
+ * (float)(alpha * AB) even where K spans several k-slices (the -cpu-alt and -cpu-odd tunings). With
+ * alpha near 1e30 a second rounding would break exact ties between scores that equal sums reach
+ * through different partial sums, which decide a one-hot softmax. */
+static void test_alpha_one_rounding(void **s)
+{
+    (void)s;
+    enum { M = 7, N = 21, K = 300 };
+    float A[M * K], B[K * N];
+    for (int i = 0; i < M * K; i++)
+        A[i] = (float)h_randint(-3, 3);
+    for (int i = 0; i < K * N; i++)
+        B[i] = (float)h_randint(-3, 3);
+    const float alphas[] = {3.1e30f, -7.7e-3f, 1.0f / 3.0f};
+    clattn_tensor tA = h_tensor(CLATTN_FLOAT32, 2, H_DIMS(M, K), A);
+    clattn_tensor tB = h_tensor(CLATTN_FLOAT32, 2, H_DIMS(K, N), B);
+    clattn_tensor tC = h_tensor(CLATTN_FLOAT32, 2, H_DIMS(M, N), NULL);
+    for (int a = 0; a < 3; a++) {
+        h_poison(&tC);
+        assert_int_equal(clattn_matmul(h_ctx, &tA, 0, &tB, 0, alphas[a], 0.0f, &tC), CLATTN_SUCCESS);
+        float *got = h_read(&tC);
+        for (int i = 0; i < M; i++)
+            for (int j = 0; j < N; j++) {
+                double ab = 0;
+                for (int k = 0; k < K; k++)
+                    ab += (double)A[i * K + k] * B[k * N + j];
+                float want = (float)((float)ab * (double)alphas[a]);
+                if (got[i * N + j] != want) /* the sign of a zero aside */
+                    fail_msg("alpha %g: C[%d][%d] = %.9g, alpha * (A B) rounded once is %.9g",
+                             alphas[a], i, j, got[i * N + j], want);
+            }
+        free(got);
+    }
+    clattn_tensor_release(&tA); clattn_tensor_release(&tB); clattn_tensor_release(&tC);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -181,7 +219,7 @@ int main(void)
         cmocka_unit_test(test_tile_edges),   cmocka_unit_test(test_large_batch),
         cmocka_unit_test(test_shared_operands), cmocka_unit_test(test_larger),
         cmocka_unit_test(test_alpha_beta),   cmocka_unit_test(test_linear),
-        cmocka_unit_test(test_offsets),
+        cmocka_unit_test(test_offsets),      cmocka_unit_test(test_alpha_one_rounding),
     };
     return cmocka_run_group_tests(tests, h_setup, h_teardown);
 }
