@@ -84,6 +84,15 @@ clattn_tensor h_tensor(clattn_dtype dt, int ndim, const size_t *dims, const void
     return t;
 }
 
+clattn_tensor h_batched(int nlead, const size_t *lead, size_t rows, size_t cols, const float *host)
+{
+    size_t dims[4];
+    memcpy(dims, lead, sizeof(size_t) * nlead);
+    dims[nlead] = rows;
+    dims[nlead + 1] = cols;
+    return h_tensor(CLATTN_FLOAT32, nlead + 2, dims, host);
+}
+
 /* A host write rather than clattn_tensor_fill: Oclgrind 21.10 sizes a buffer's shadow memory by
  * the fill pattern (4 bytes), which makes every later read past the first element look
  * uninitialized. clattn_tensor_fill itself is tested in test_badinput.c. */

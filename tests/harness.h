@@ -23,6 +23,8 @@ void h_fill(float *x, size_t n, double lo, double hi);
 
 /* Device tensors (released with clattn_tensor_release). host may be NULL. */
 clattn_tensor h_tensor(clattn_dtype dt, int ndim, const size_t *dims, const void *host);
+/* A float tensor of nlead leading dims lead[] then (rows, cols). */
+clattn_tensor h_batched(int nlead, const size_t *lead, size_t rows, size_t cols, const float *host);
 /* Fills a float tensor with NaN so an unwritten element fails the comparison. */
 void h_poison(const clattn_tensor *t);
 /* 1 when CLATTN_TEST_SMALL is set (the Oclgrind setup): tests skip only their biggest cases. */

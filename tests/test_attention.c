@@ -35,11 +35,7 @@ static size_t batch_of(const att_case *c)
 
 static clattn_tensor make(const att_case *c, size_t rows, size_t cols, const float *host)
 {
-    size_t dims[4];
-    memcpy(dims, c->lead, sizeof(size_t) * c->nlead);
-    dims[c->nlead] = rows;
-    dims[c->nlead + 1] = cols;
-    return h_tensor(CLATTN_FLOAT32, c->nlead + 2, dims, host);
+    return h_batched(c->nlead, c->lead, rows, cols, host);
 }
 
 /* |out - ref| <= OUT_TOL * max(|ref|, sum_k w |v|) */
