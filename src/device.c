@@ -58,6 +58,25 @@ static int parse_index_pair(const char *spec, int *p, int *dev)
     return *s == '\0';
 }
 
+/* Names are matched in tiers, the first device in enumeration order winning within a tier: an
+ * exact platform or device name, then a substring of the platform name, of the platform vendor,
+ * of the device name, of the device vendor. So "intel" picks Intel's own platform before PoCL,
+ * whose CPU device's vendor is "GenuineIntel" on an Intel host. */
+static int match_name(const char *spec, const clattn_device_desc *d, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (ci_equal(d[i].platform_name, spec) || ci_equal(d[i].device_name, spec))
+            return i;
+    for (int tier = 0; tier < 4; tier++)
+        for (int i = 0; i < n; i++) {
+            const char *field[4] = {d[i].platform_name, d[i].platform_vendor, d[i].device_name,
+                                    d[i].vendor};
+            if (ci_contains(field[tier], spec))
+                return i;
+        }
+    return -1;
+}
+
 int clattn__match_device(const char *spec, const clattn_device_desc *d, int n)
 {
     int p, dev, i;
@@ -82,11 +101,7 @@ int clattn__match_device(const char *spec, const clattn_device_desc *d, int n)
                 return i;
         return -1;
     }
-    for (i = 0; i < n; i++)
-        if (ci_contains(d[i].platform_name, spec) || ci_contains(d[i].platform_vendor, spec) ||
-            ci_contains(d[i].device_name, spec) || ci_contains(d[i].vendor, spec))
-            return i;
-    return -1;
+    return match_name(spec, d, n);
 }
 
 /* ---- enumeration ---- */

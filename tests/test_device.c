@@ -80,12 +80,36 @@ static void test_substrings(void **s)
     assert_int_equal(clattn__match_device(":0", mixed, N_MIXED), -1);
 }
 
+/* Several devices match: an exact name first, then platform name, platform vendor, device name,
+ * device vendor, whatever the enumeration order (PoCL's CPU device reports vendor GenuineIntel). */
+static const clattn_device_desc intel_host[] = {
+    {0, 0, CL_DEVICE_TYPE_CPU, "Portable Computing Language", "The pocl project", "pthread-icelake-server-Intel(R) Xeon(R)", "GenuineIntel"},
+    {1, 0, CL_DEVICE_TYPE_CPU, "rusticl", "Mesa/X.org", "llvmpipe (LLVM 15.0.6, 256 bits)", "Mesa/X.org"},
+    {2, 0, CL_DEVICE_TYPE_CPU, "Intel(R) OpenCL", "Intel(R) Corporation", "Intel(R) Xeon(R) Platinum 8375C CPU", "Intel(R) Corporation"},
+    {3, 0, CL_DEVICE_TYPE_CPU, "Xeon", "Acme", "pocl", "Acme"},
+};
+
+static void test_tiers(void **s)
+{
+    (void)s;
+    assert_int_equal(clattn__match_device("intel", intel_host, 4), 2);    /* platform name */
+    assert_int_equal(clattn__match_device("Intel(R)", intel_host, 4), 2); /* not PoCL's device */
+    assert_int_equal(clattn__match_device("pocl", intel_host, 4), 3);     /* exact device name */
+    assert_int_equal(clattn__match_device("portable", intel_host, 4), 0);
+    assert_int_equal(clattn__match_device("mesa", intel_host, 4), 1);     /* platform vendor */
+    assert_int_equal(clattn__match_device("llvmpipe", intel_host, 4), 1); /* device name */
+    assert_int_equal(clattn__match_device("xeon", intel_host, 4), 3);     /* exact platform name */
+    assert_int_equal(clattn__match_device("xeon(r)", intel_host, 4), 0);  /* device names, in order */
+    assert_int_equal(clattn__match_device("genuine", intel_host, 4), 0);  /* device vendor */
+    assert_int_equal(clattn__match_device("acme", intel_host, 4), 3);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_default_prefers_gpu), cmocka_unit_test(test_types),
         cmocka_unit_test(test_indices), cmocka_unit_test(test_index_overflow),
-        cmocka_unit_test(test_substrings),
+        cmocka_unit_test(test_substrings),  cmocka_unit_test(test_tiers),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
