@@ -279,8 +279,15 @@ typedef struct {
  * 32 512-bit registers, room for a 6 x 64 tile (24 accumulators), 4-9% faster than 12 x 32 there. */
 #define AVX512_MATMUL "TM=6:TN=64:VN=16"
 
+/* Mesa's llvmpipe (rusticl) compiles work-groups SIMD across work-items, as a GPU does, and ends
+ * a work-item's loops after 65535 iterations in all (see loop_limited): the GPU shapes. */
+#define LLVMPIPE "llvmpipe"
+
 /* First matching rule wins; the last rules are the catch-alls per op. */
 static const rule rules[] = {
+    {0, NULL, LLVMPIPE, "matmul", "gpu", ""},
+    {0, NULL, LLVMPIPE, "softmax", "gpu", ""},
+    {0, NULL, LLVMPIPE, "attention", "gpu", ""},
     {CL_DEVICE_TYPE_CPU, NULL, "avx512", "matmul", "cpu", AVX512_MATMUL},
     {CL_DEVICE_TYPE_CPU, NULL, "cascadelake", "matmul", "cpu", AVX512_MATMUL},
     {CL_DEVICE_TYPE_CPU, NULL, "cooperlake", "matmul", "cpu", AVX512_MATMUL},
@@ -477,6 +484,16 @@ fail:
     return st;
 }
 
+/* llvmpipe's gallivm keeps one loop counter per kernel, shared by all its loops and never reset,
+ * and leaves every loop once it has run 65535 iterations in all, silently
+ * (tests/portability/llvmpipe_loop_limit_repro.c). The CPU-shaped kernels loop over whole rows,
+ * panels and key ranges in each work-item, so they compute wrong results there from modest sizes
+ * on: refused. */
+static int loop_limited(const clattn_context *ctx)
+{
+    return ci_contains(ctx->name, LLVMPIPE);
+}
+
 clattn_status clattn__tune(clattn_context *ctx, const char *op, clattn_tuning *t)
 {
     clattn_status st = CLATTN_SUCCESS;
@@ -494,6 +511,11 @@ clattn_status clattn__tune(clattn_context *ctx, const char *op, clattn_tuning *t
     } else {
         CHECK_ST(table_choice(ctx, op, t, &d));
     }
+    CHECK(ctx, !loop_limited(ctx) || strcmp(d->variant, "cpu") != 0,
+          o ? CLATTN_ERROR_INVALID_ARGUMENT : CLATTN_ERROR_UNSUPPORTED,
+          "tuning: %s=cpu on %s: Mesa's llvmpipe ends a work-item's loops after 65535 iterations "
+          "in all, and this CPU-shaped kernel runs more from modest sizes on (wrong results); "
+          "use %s=gpu, the table's choice there", op, ctx->name, op);
     /* An override the device cannot run is the caller's mistake; the table's own choice, still
      * too big after fitting, is the device's limit. */
     CHECK(ctx, !d->check || d->check(ctx, t, why, sizeof why),

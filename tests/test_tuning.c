@@ -223,6 +223,18 @@ static void test_device_limits(void **s)
                 assert_true(tuned("matmul", "TM") != 0 && tuned("softmax", "VW") != 0 &&
                             tuned("attention", "QR") != 0);
             }
+    /* llvmpipe: the GPU shapes, and the CPU shapes refused (its loop limit) */
+    fake_device(CPU, 1024, 32768, "");
+    snprintf(fake.name, sizeof fake.name, "llvmpipe (LLVM 15.0.6, 256 bits)");
+    assert_int_equal(tuned("matmul", "TM"), -1);
+    assert_true(tuned("matmul", "TSM") > 0 && tuned("softmax", "WG") > 0 &&
+                tuned("attention", "BQ") > 0);
+    static const char *const cpu_shapes[] = {"matmul=cpu", "softmax=cpu:VW=16", "attention=cpu"};
+    for (int i = 0; i < 3; i++) {
+        fake_device(CPU, 1024, 32768, cpu_shapes[i]);
+        snprintf(fake.name, sizeof fake.name, "llvmpipe (LLVM 15.0.6, 256 bits)");
+        expect_fake(CLATTN_ERROR_INVALID_ARGUMENT, "65535 iterations");
+    }
     clattn_variant_info v[64];
     int nv = clattn__variant_list(v, 64);
     assert_true(nv >= 7 && nv <= 64); /* every variant's defaults and every rule parse */
