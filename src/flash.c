@@ -194,7 +194,8 @@ static clattn_status enqueue_gpu(clattn_context *ctx, const clattn_tuning *tune,
     cl_kernel kf;
     cl_mem vt = NULL;
     char defines[600];
-    int BQ = clattn__tune_int(tune, "BQ", 64), BK = clattn__tune_int(tune, "BK", 16);
+    clattn_tuning t = *tune;
+    int BQ = clattn__tune_int(&t, "BQ", 64), BK = clattn__tune_int(&t, "BK", 16);
     int nb = m->D0 * m->D1, nblk = (int)clattn__div_up((size_t)a->nk, (size_t)BK), vt_off = 0;
     int dp = BUCKET(a->d, gpu_buckets), dvp = BUCKET(a->dv, gpu_buckets);
     size_t local = (size_t)BK * ((size_t)dp + 1 + (size_t)dvp) * 4 + 4;
@@ -202,8 +203,16 @@ static clattn_status enqueue_gpu(clattn_context *ctx, const clattn_tuning *tune,
           "attention=gpu: BQ=%d, BK=%d with d=%d, dv=%d needs %zu bytes of local memory (device "
           "has %zu) and %d work-items (max %zu)", BQ, BK, a->d, a->dv, local, ctx->local_mem, BQ,
           ctx->max_wg);
-    snprintf(defines, sizeof defines, "%s-D DP=%d -D DVP=%d", tune->defines, dp, dvp);
-    CHECK_ST(clattn__get_kernel(ctx, "flash.cl", defines, "flash_gpu", &kf));
+    /* the compiled kernel may allow fewer items per group than the device (llvmpipe: 32): fewer
+     * query rows per group then, as matmul halves its tiles (BQ <= 16 x BK still holds) */
+    for (size_t kernel_wg = 0;;) {
+        snprintf(defines, sizeof defines, "%s-D DP=%d -D DVP=%d", t.defines, dp, dvp);
+        CHECK_ST(clattn__get_kernel(ctx, "flash.cl", defines, "flash_gpu", &kf));
+        CHECK_ST(clattn__kernel_group_size(ctx, kf, "flash_gpu", &kernel_wg));
+        if ((size_t)BQ <= kernel_wg || BQ == 1)
+            break;
+        clattn__tune_set(&t, "BQ", BQ = kernel_wg > 1 ? (int)kernel_wg : 1);
+    }
     if (needs_vtail(m)) {
         size_t nvt = (size_t)nb * nblk * dvp;
         CHECK(ctx, nvt <= (size_t)INT32_MAX, CLATTN_ERROR_UNSUPPORTED,

@@ -150,6 +150,10 @@ clattn_status clattn__check_no_overlap(clattn_context *ctx, const clattn_arg *ou
 /* Returns the kernel `name` of `file` built with the tuning defines `defines` ("-D A=1 ..."). */
 clattn_status clattn__get_kernel(clattn_context *ctx, const char *file, const char *defines,
                                  const char *name, cl_kernel *out);
+/* The most work-items per group the device compiled kernel k for (CL_KERNEL_WORK_GROUP_SIZE),
+ * which can be below the device's maximum (llvmpipe: 32 for kernels with barriers). */
+clattn_status clattn__kernel_group_size(clattn_context *ctx, cl_kernel k, const char *what,
+                                        size_t *limit);
 /* Enqueues an NDRange; lws may be NULL. Honours sync mode. A dry run checks the work-group
  * against the kernel's limit and enqueues nothing. */
 clattn_status clattn__launch(clattn_context *ctx, cl_kernel k, cl_uint dims, const size_t *gws,
@@ -206,6 +210,8 @@ typedef struct {
     int values[CLATTN_MAX_TUNE_PARAMS];
     char defines[512]; /* "-D NAME=value ..." for the kernel build */
 } clattn_tuning;
+/* Sets parameter `name` of t (one it has) and rewrites its defines. */
+void clattn__tune_set(clattn_tuning *t, const char *name, int value);
 /* Variant and parameters of `op` for this device, overrides applied. */
 clattn_status clattn__tune(clattn_context *ctx, const char *op, clattn_tuning *out);
 int clattn__tune_int(const clattn_tuning *t, const char *name, int fallback);

@@ -117,18 +117,6 @@ static int vec_ok(const clattn_tensor *X, int s_r, int s_k, int tile_r, int tile
 }
 
 /* Rewrites one parameter of a tuning and its -D string. */
-static void set_param(clattn_tuning *t, const char *name, int value)
-{
-    size_t used = 0;
-    for (int i = 0; i < t->nparams; i++)
-        if (strcmp(t->names[i], name) == 0)
-            t->values[i] = value;
-    t->defines[0] = '\0';
-    for (int i = 0; i < t->nparams && used < sizeof t->defines; i++)
-        used += (size_t)snprintf(t->defines + used, sizeof t->defines - used, "-D %s=%d ",
-                                 t->names[i], t->values[i]);
-}
-
 static clattn_status enqueue_tiled(clattn_context *ctx, const clattn_tuning *tune_in,
                                    const clattn_tensor *A, operand a, const clattn_tensor *B,
                                    operand b, float alpha, float beta, const clattn_tensor *bias,
@@ -150,9 +138,9 @@ static clattn_status enqueue_tiled(clattn_context *ctx, const clattn_tuning *tun
      * them. A tile over twice the matrix only multiplies zeros (and idles the GPU's other cores):
      * halve it while it is, down to 32 (each size is one more program build). */
     while (TSM % (2 * WPTM) == 0 && TSM / 2 >= M && TSM / 2 >= 32)
-        set_param(&tune, "TSM", TSM /= 2);
+        clattn__tune_set(&tune, "TSM", TSM /= 2);
     while (TSN % (2 * WPTN) == 0 && TSN / 2 >= N && TSN / 2 >= 32)
-        set_param(&tune, "TSN", TSN /= 2);
+        clattn__tune_set(&tune, "TSN", TSN /= 2);
     clGetDeviceInfo(ctx->device, CL_DEVICE_MAX_WORK_ITEM_SIZES, sizeof item_max, item_max, NULL);
     /* Clamp to the device: halve the larger tile dimension (and with it the group) until the group
      * and its local memory fit the device and the compiled kernel. tuning.c refused tiles whose
@@ -164,9 +152,7 @@ static clattn_status enqueue_tiled(clattn_context *ctx, const clattn_tuning *tun
                    (!item_max[0] || (lx <= item_max[0] && ly <= item_max[1]));
         if (fits) {
             CHECK_ST(clattn__get_kernel(ctx, "matmul.cl", tune.defines, "matmul_tiled", &k));
-            CHECK_CL(ctx, clGetKernelWorkGroupInfo(k, ctx->device, CL_KERNEL_WORK_GROUP_SIZE,
-                                                   sizeof kernel_wg, &kernel_wg, NULL),
-                     "clGetKernelWorkGroupInfo(matmul_tiled)");
+            CHECK_ST(clattn__kernel_group_size(ctx, k, "matmul_tiled", &kernel_wg));
             if (lx * ly <= kernel_wg)
                 break;
         }
@@ -176,9 +162,9 @@ static clattn_status enqueue_tiled(clattn_context *ctx, const clattn_tuning *tun
               "local memory %zu bytes; last tried TSM=%d TSN=%d TSK=%d WPTM=%d WPTN=%d)",
               ctx->max_wg, kernel_wg, ctx->local_mem, TSM, TSN, TSK, WPTM, WPTN);
         if (can_m && (!can_n || TSM / WPTM >= TSN / WPTN))
-            set_param(&tune, "TSM", TSM /= 2);
+            clattn__tune_set(&tune, "TSM", TSM /= 2);
         else
-            set_param(&tune, "TSN", TSN /= 2);
+            clattn__tune_set(&tune, "TSN", TSN /= 2);
     }
     int a_vec = vec_ok(A, a.s_row, a.s_col, TSM, TSK, a.batch_stride);
     int b_vec = vec_ok(B, b.s_col, b.s_row, TSN, TSK, b.batch_stride);

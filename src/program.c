@@ -425,6 +425,18 @@ fail:
     return st;
 }
 
+clattn_status clattn__kernel_group_size(clattn_context *ctx, cl_kernel k, const char *what,
+                                        size_t *limit)
+{
+    clattn_status st = CLATTN_SUCCESS;
+    char where[128];
+    snprintf(where, sizeof where, "clGetKernelWorkGroupInfo(%s)", what);
+    CHECK_CL(ctx, clGetKernelWorkGroupInfo(k, ctx->device, CL_KERNEL_WORK_GROUP_SIZE,
+                                           sizeof *limit, limit, NULL), where);
+fail:
+    return st;
+}
+
 clattn_status clattn__launch(clattn_context *ctx, cl_kernel k, cl_uint dims, const size_t *gws,
                              const size_t *lws, const char *what)
 {

@@ -36,32 +36,32 @@ clattn_status clattn__enqueue_softmax(clattn_context *ctx, const clattn_tuning *
 {
     clattn_status st = CLATTN_SUCCESS;
     cl_kernel k;
-    int gpu = strcmp(tune->variant, "gpu") == 0;
+    clattn_tuning t = *tune;
+    int gpu = strcmp(t.variant, "gpu") == 0;
     int nrows = (int)(clattn_tensor_numel(x) / m->K), K = m->K;
-    int x_off = (int)x->offset, y_off = (int)y->offset;
-    size_t gws, lws;
-    CHECK_ST(clattn__get_kernel(ctx, "softmax.cl", tune->defines,
-                                gpu ? "masked_softmax_wg" : "masked_softmax_rows", &k));
+    int x_off = (int)x->offset, y_off = (int)y->offset, WG = clattn__tune_int(&t, "WG", 128);
+    size_t gws = (size_t)nrows, lws = 0, kernel_wg = 0;
+    for (;;) {
+        CHECK_ST(clattn__get_kernel(ctx, "softmax.cl", t.defines,
+                                    gpu ? "masked_softmax_wg" : "masked_softmax_rows", &k));
+        if (!gpu)
+            break;
+        /* tuning.c held WG to the device's maximum; the compiled kernel may allow less (llvmpipe:
+         * 32), so halve it until it fits, as matmul does its tiles (WG stays a power of two) */
+        CHECK_ST(clattn__kernel_group_size(ctx, k, "masked_softmax_wg", &kernel_wg));
+        if ((size_t)WG <= kernel_wg || WG == 1)
+            break;
+        clattn__tune_set(&t, "WG", WG /= 2);
+    }
+    if (gpu) {
+        lws = (size_t)WG;
+        gws = (size_t)nrows * lws;
+    }
     CHECK_ST(clattn__set_args(ctx, k, "masked_softmax", ARG(x->buf), ARG(x_off), ARG(y->buf),
                               ARG(y_off), ARG(nrows), ARG(K), ARG(m->Q), ARG(m->D1),
                               ARG(m->lens), ARG(m->lens_off), ARG(m->lens_mode), ARG(m->mask),
                               ARG(m->mask_off), ARG(m->ms),
                               ARG(m->causal), ARG(m->fill), ARGS_END));
-    if (gpu) {
-        size_t kernel_wg = 0;
-        lws = (size_t)clattn__tune_int(tune, "WG", 128);
-        gws = (size_t)nrows * lws;
-        /* tuning.c held WG to the device's maximum; the compiled kernel may allow less. */
-        CHECK_CL(ctx, clGetKernelWorkGroupInfo(k, ctx->device, CL_KERNEL_WORK_GROUP_SIZE,
-                                               sizeof kernel_wg, &kernel_wg, NULL),
-                 "clGetKernelWorkGroupInfo(masked_softmax_wg)");
-        CHECK(ctx, lws <= kernel_wg, CLATTN_ERROR_UNSUPPORTED,
-              "tuning: softmax=gpu:WG=%zu: the compiled kernel runs at most %zu work-items per "
-              "group on this device", lws, kernel_wg);
-    } else {
-        lws = 0;
-        gws = (size_t)nrows;
-    }
     CHECK_ST(clattn__launch(ctx, k, 1, &gws, lws ? &lws : NULL, "masked_softmax"));
 fail:
     return st;

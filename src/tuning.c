@@ -444,6 +444,12 @@ static void write_defines(clattn_tuning *t)
                                  t->names[i], t->values[i]);
 }
 
+void clattn__tune_set(clattn_tuning *t, const char *name, int value)
+{
+    set(t, name, value);
+    write_defines(t);
+}
+
 /* Finds the first override entry for op in the comma-separated list; returns its text after
  * "op=" and its length. */
 static const char *find_override(const char *list, const char *op, size_t *len)
