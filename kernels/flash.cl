@@ -107,24 +107,28 @@ __kernel void flash_pack_v(__global const float *V, int4 vl, int D1, int nk, int
 /* vt[bb][blk][c] = sum over keys k >= blk * G of 0 * V[bb][k][c] (IEEE: 0 for finite values, NaN
  * once a column holds a NaN or an infinity), for c < DVP (0 past dv). A row that skips the keys
  * from blk * G on adds vt[bb][blk] to its outputs, as weights @ V would with their zero weights.
- * One work-item per 16 columns of one batch, walking the keys backwards. */
+ * One work-item per 16 columns of one batch, walking the keys backwards. The test for a NaN or an
+ * infinity is on the exponent bits, not 0 * v: Mesa's llvmpipe folds a product with a constant 0
+ * to 0, which IEEE arithmetic does not allow. */
 __kernel void flash_vtail(__global const float *V, int4 vl, int D1, int nk, int dv, int G,
                           int nblk, __global float *vt, int vt_off)
 {
     int c0 = 16 * get_global_id(0), bb = get_global_id(1);
-    float16 acc = (float16)(0.0f);
+    const int16 expo = (int16)(0x7f800000);
+    int16 nonfinite = (int16)(0); /* lanes -1 once their column held a NaN or an infinity */
     for (int k = nk - 1; k >= 0; k--) {
         __global const float *src = V + flash_at(vl, D1, bb, k) + c0;
         if (c0 + 16 <= dv) {
-            acc += (float16)(0.0f) * vload16(0, src);
+            nonfinite |= (as_int16(vload16(0, src)) & expo) == expo;
         } else {
-            float t[16];
+            int t[16];
             for (int i = 0; i < 16; i++)
-                t[i] = c0 + i < dv ? 0.0f * src[i] : 0.0f;
-            acc += vload16(0, t);
+                t[i] = c0 + i < dv ? as_int(src[i]) : 0;
+            nonfinite |= (vload16(0, t) & expo) == expo;
         }
         if (k % G == 0)
-            vstore16(acc, 0, vt + vt_off + ((size_t)bb * nblk + k / G) * DVP + c0);
+            vstore16(select((float16)(0.0f), as_float16((int16)(0x7fc00000)), nonfinite), 0,
+                     vt + vt_off + ((size_t)bb * nblk + k / G) * DVP + c0);
     }
 }
 
