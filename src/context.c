@@ -83,6 +83,11 @@ static void query_device(clattn_context *c)
                     : (c->type & CL_DEVICE_TYPE_ACCELERATOR) ? "accelerator" : "other";
     snprintf(c->description, sizeof c->description, "%s (%s, %s, %s, %s, driver %s)", c->name,
              c->vendor, t, c->platform_name, cver, c->driver);
+    /* Mesa's rusticl aborts the process on a binary it does not know
+     * (tests/portability/rusticl_binary_repro.c), which a disk cache meets after a driver
+     * update; it caches compiled kernels itself, so clattn's disk cache stays off there. */
+    if (strcmp(c->platform_name, "rusticl") == 0)
+        c->cache_dir[0] = '\0';
 }
 
 /* A context holding the settings of params and the environment, or a failure naming one. */

@@ -169,13 +169,14 @@ static void test_long_cache_dir_used(void **s)
     assert_int_equal(clattn_masked_softmax(c, &t, NULL, &t), CLATTN_SUCCESS);
     assert_int_equal(clattn_tensor_read_blocking(c, &t, x), CLATTN_SUCCESS);
     clattn_tensor_release(&t);
+    int cache_on = c->cache_dir[0] != '\0'; /* off on rusticl (README) */
     clattn_context_destroy(&c); /* writes the cache */
     char cut[512];
     snprintf(cut, sizeof cut, "%s", deep);
     int files = empty_dir(deep), cut_files = empty_dir(cut);
     rmdir(cut);
     remove_deep_dir();
-    assert_true(files >= 1);
+    assert_true(cache_on ? files >= 1 : files == 0);
     assert_int_equal(cut_files, 0);
 }
 
