@@ -116,7 +116,6 @@ static int vec_ok(const clattn_tensor *X, int s_r, int s_k, int tile_r, int tile
            tile % 4 == 0;
 }
 
-/* Rewrites one parameter of a tuning and its -D string. */
 static clattn_status enqueue_tiled(clattn_context *ctx, const clattn_tuning *tune_in,
                                    const clattn_tensor *A, operand a, const clattn_tensor *B,
                                    operand b, float alpha, float beta, const clattn_tensor *bias,
