@@ -107,16 +107,22 @@ __kernel void flash_pack_v(__global const float *V, int4 vl, int D1, int nk, int
 /* vt[bb][blk][c] = sum over keys k >= blk * G of 0 * V[bb][k][c] (IEEE: 0 for finite values, NaN
  * once a column holds a NaN or an infinity), for c < DVP (0 past dv). A row that skips the keys
  * from blk * G on adds vt[bb][blk] to its outputs, as weights @ V would with their zero weights.
- * One work-item per 16 columns of one batch, walking the keys backwards. The test for a NaN or an
+ * One work-item per 16 columns of one batch, walking keys [k_lo, k_hi) backwards (k_hi nk or a
+ * multiple of G; the host runs the ranges from the last one down). The test for a NaN or an
  * infinity is on the exponent bits, not 0 * v: Mesa's llvmpipe folds a product with a constant 0
  * to 0, which IEEE arithmetic does not allow. */
 __kernel void flash_vtail(__global const float *V, int4 vl, int D1, int nk, int dv, int G,
-                          int nblk, __global float *vt, int vt_off)
+                          int nblk, __global float *vt, int vt_off, int k_lo, int k_hi)
 {
     int c0 = 16 * get_global_id(0), bb = get_global_id(1);
     const int16 expo = (int16)(0x7f800000);
-    int16 nonfinite = (int16)(0); /* lanes -1 once their column held a NaN or an infinity */
-    for (int k = nk - 1; k >= 0; k--) {
+    __global float *out = vt + vt_off + (size_t)bb * nblk * DVP + c0;
+    /* lanes -1 once their column held a NaN or an infinity, at keys from k_hi on: the launch for
+     * those keys (see flash.c) left its sums at block k_hi / G */
+    int16 nonfinite = (int16)(0);
+    if (k_hi < nk)
+        nonfinite = as_int16(vload16(0, out + (size_t)(k_hi / G) * DVP)) != (int16)(0);
+    for (int k = k_hi - 1; k >= k_lo; k--) {
         __global const float *src = V + flash_at(vl, D1, bb, k) + c0;
         if (c0 + 16 <= dv) {
             nonfinite |= (as_int16(vload16(0, src)) & expo) == expo;
@@ -128,7 +134,7 @@ __kernel void flash_vtail(__global const float *V, int4 vl, int D1, int nk, int 
         }
         if (k % G == 0)
             vstore16(select((float16)(0.0f), as_float16((int16)(0x7fc00000)), nonfinite), 0,
-                     vt + vt_off + ((size_t)bb * nblk + k / G) * DVP + c0);
+                     out + (size_t)(k / G) * DVP);
     }
 }
 
@@ -414,11 +420,18 @@ __kernel void flash_cpu(__global const float *Q, int4 ql, __global const float *
 }
 
 /* ---- GPU shape ---- */
+/* Keys [k_lo, k_hi) of every row (k_lo a multiple of BK). A launch that does not start at key 0
+ * resumes the rows where the launch before left them, and one that does not end at nk leaves
+ * them for the next: the unnormalised outputs in O, and (max, sum, the block where the group's
+ * vote stopped or -1) per row in part at part_off, (nb, nq, 3) floats. The host splits the keys
+ * so only on a device that bounds a work-item's loop iterations (flash.c); one launch of all keys
+ * takes no part, and a split computes bit for bit what one launch does. */
 __kernel __attribute__((reqd_work_group_size(BQ, 1, 1)))
 void flash_gpu(__global const float *Q, int4 ql, __global const float *K, int4 kl,
                __global const float *V, int4 vl, __global const float *vt, int vt_off,
                int nblk, __global float *O, int4 ol, int nq, int nk, int d, int dv, float scale,
-               FLASH_MASK_PARAMS, FLASH_DROP_PARAMS)
+               int k_lo, int k_hi, __global float *part, int part_off, FLASH_MASK_PARAMS,
+               FLASH_DROP_PARAMS)
 {
     __local float Ks[BK][DP + 1]; /* +1: rows land in different banks */
     __local float Vs[BK][DVP];
@@ -428,21 +441,34 @@ void flash_gpu(__global const float *Q, int4 ql, __global const float *K, int4 k
     int d0 = bb / D1, d1 = bb % D1;
     int limit = clattn_row_limit(d0, rowc, nk, lens, lens_off, lens_mode, nq, causal);
     __global const int *mrow = clattn_mask_row(mask, mask_off, ms, d0, d1, rowc);
+    __global float *orow = O + flash_at(ol, D1, bb, rowc);
+    /* padding items (row >= nq) read row nq - 1's state: the same group, so the same stop */
+    __global float *st = part ? part + part_off + ((size_t)bb * nq + rowc) * 3 : 0;
     float q[DP], acc[DVP], m = -INFINITY, l = 0.0f;
+    int stop = -1; /* the key block where the group stopped (uniform in the group), -1: none */
     for (int e = 0; e < DP; e++)
         q[e] = e < d ? Q[flash_at(ql, D1, bb, rowc) + e] : 0.0f;
     for (int c = 0; c < DVP; c++)
         acc[c] = 0.0f;
+    if (k_lo > 0) {
+        m = st[0];
+        l = st[1];
+        stop = as_int(st[2]);
+        for (int c = 0; c < dv; c++)
+            acc[c] = orow[c];
+    }
     int kbase;
-    for (kbase = 0; kbase < nk; kbase += BK) {
+    for (kbase = k_lo; stop < 0 && kbase < k_hi; kbase += BK) {
         if (t == 0)
             need = 0;
         barrier(CLK_LOCAL_MEM_FENCE);
         if (row < nq && (kbase < limit || !(m > fill + NEGLIGIBLE)))
             atomic_or(&need, 1);
         barrier(CLK_LOCAL_MEM_FENCE);
-        if (!need)
-            break; /* uniform: every row's remaining keys are blocked and negligible */
+        if (!need) {
+            stop = kbase / BK; /* uniform: every row's remaining keys are blocked and negligible */
+            break;
+        }
         for (int i = t; i < BK * DP; i += BQ) {
             int k = i / DP, e = i % DP;
             Ks[k][e] = (kbase + k < nk && e < d) ? K[flash_at(kl, D1, bb, kbase + k) + e] : 0.0f;
@@ -479,11 +505,18 @@ void flash_gpu(__global const float *Q, int4 ql, __global const float *K, int4 k
         m = mn;
         barrier(CLK_LOCAL_MEM_FENCE);
     }
-    if (row < nq) {
-        float inv = 1.0f / l;
-        __global const float *z =
-            vt && kbase < nk ? vt + vt_off + ((size_t)bb * nblk + kbase / BK) * DVP : 0;
+    if (row >= nq)
+        return;
+    if (k_hi < nk) {
+        st[0] = m;
+        st[1] = l;
+        st[2] = as_float(stop);
         for (int c = 0; c < dv; c++)
-            O[flash_at(ol, D1, bb, row) + c] = (z ? acc[c] + z[c] : acc[c]) * inv;
+            orow[c] = acc[c];
+        return;
     }
+    float inv = 1.0f / l;
+    __global const float *z = vt && stop >= 0 ? vt + vt_off + ((size_t)bb * nblk + stop) * DVP : 0;
+    for (int c = 0; c < dv; c++)
+        orow[c] = (z ? acc[c] + z[c] : acc[c]) * inv;
 }

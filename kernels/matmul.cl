@@ -278,6 +278,11 @@ __kernel void matmul_packed(__global const float *Ap, int a_bs, __global const f
 #ifndef WPTN
 #define WPTN 8
 #endif
+/* matmul_tiled's slice flags: a launch over one k-slice of several (matmul.c) with beta = 0
+ * starts from the partial sums the slice before left in C (RESUME), and leaves its own there
+ * (RAW) unless it is the last, so that alpha multiplies the whole sum once, as in one launch. */
+#define SLICE_RESUME 1
+#define SLICE_RAW 2
 #define RTSM (TSM / WPTM)
 #define RTSN (TSN / WPTN)
 #define NTHREADS (RTSM * RTSN)
@@ -336,7 +341,7 @@ __kernel __attribute__((reqd_work_group_size(RTSN, RTSM, 1)))
 void matmul_tiled(__global const float *A, int a_off, int a_bs, int a_si, int a_sk, int a_vec,
                   __global const float *B, int b_off, int b_bs, int b_sk, int b_sj, int b_vec,
                   __global float *C, int c_off, int M, int N, int K, float alpha, float beta,
-                  __global const float *bias, int bias_off)
+                  __global const float *bias, int bias_off, int slice)
 {
     __local float As[TSK][TSM + 1];
     __local float Bs[TSK][TSN + 1];
@@ -344,10 +349,13 @@ void matmul_tiled(__global const float *A, int a_off, int a_bs, int a_si, int a_
     int i0 = get_group_id(1) * TSM, j0 = get_group_id(0) * TSN;
     __global const float *a = A + a_off + b * a_bs;
     __global const float *bb = B + b_off + b * b_bs;
+    __global float *c = C + c_off + (size_t)b * M * N;
     float acc[WPTM][WPTN];
     for (int wm = 0; wm < WPTM; wm++)
-        for (int wn = 0; wn < WPTN; wn++)
-            acc[wm][wn] = 0.0f;
+        for (int wn = 0; wn < WPTN; wn++) {
+            int i = i0 + ty + wm * RTSM, j = j0 + tx + wn * RTSN;
+            acc[wm][wn] = (slice & SLICE_RESUME) && i < M && j < N ? c[(size_t)i * N + j] : 0.0f;
+        }
     for (int k0 = 0; k0 < K; k0 += TSK) {
         STAGE(As, TSM, a, a_si, a_sk, i0, M, k0, K, a_vec);
         STAGE(Bs, TSN, bb, b_sj, b_sk, j0, N, k0, K, b_vec);
@@ -369,14 +377,15 @@ void matmul_tiled(__global const float *A, int a_off, int a_bs, int a_si, int a_
         }
         barrier(CLK_LOCAL_MEM_FENCE);
     }
-    __global float *c = C + c_off + (size_t)b * M * N;
 #pragma unroll
     for (int wm = 0; wm < WPTM; wm++) {
         int i = i0 + ty + wm * RTSM;
 #pragma unroll
         for (int wn = 0; wn < WPTN; wn++) {
             int j = j0 + tx + wn * RTSN;
-            if (i < M && j < N) {
+            if (i < M && j < N && (slice & SLICE_RAW)) {
+                c[(size_t)i * N + j] = acc[wm][wn];
+            } else if (i < M && j < N) {
                 float o = alpha * acc[wm][wn];
                 if (beta != 0.0f)
                     o += beta * c[(size_t)i * N + j];

@@ -88,6 +88,12 @@ static void query_device(clattn_context *c)
      * update; it caches compiled kernels itself, so clattn's disk cache stays off there. */
     if (strcmp(c->platform_name, "rusticl") == 0)
         c->cache_dir[0] = '\0';
+    /* llvmpipe's gallivm keeps one loop counter per work-item (per SIMD batch of them), shared by
+     * every loop of the kernel and never reset, and leaves every loop once it has run 65535
+     * iterations, silently (tests/portability/llvmpipe_loop_limit_repro.c). The budget keeps a
+     * margin for the few loops the estimates in the ops leave out. */
+    if (strstr(c->name, "llvmpipe"))
+        c->loop_limit = 65535 - 512;
 }
 
 /* A context holding the settings of params and the environment, or a failure naming one. */

@@ -101,20 +101,41 @@ static int needs_vtail(const clattn_mask_args *m)
     return m->lens_mode != 0 || m->causal;
 }
 
-/* vt (nb, nblk, dvp) at element vt_off of buf from the value rows of V, in blocks of G keys. */
+/* Loop iterations of one flash_vtail work-item per key (fixed: outside the key loop), counted as
+ * clattn__loop_budget asks: every iteration of every loop plus one per loop entered. */
+#define VTAIL_FIXED 4
+static long vtail_loops_per_key(int dv)
+{
+    return 1 + (dv % 16 ? 17 : 0);
+}
+
+/* vt (nb, nblk, dvp) at element vt_off of buf from the value rows of V, in blocks of G keys: one
+ * launch, or under a loop budget key ranges of whole blocks from the last one down. */
 static clattn_status enqueue_vtail(clattn_context *ctx, const char *defines,
                                    const clattn_flash_operand *V, const clattn_mask_args *m,
                                    int nk, int dv, int G, int nblk, int dvp, cl_mem buf,
-                                   size_t vt_off)
+                                   size_t vt_off, long budget)
 {
     clattn_status st = CLATTN_SUCCESS;
     cl_kernel k;
-    int off = (int)vt_off;
+    int off = (int)vt_off, span = nk;
+    if (budget) {
+        long blocks = (budget - VTAIL_FIXED) / (vtail_loops_per_key(dv) * G);
+        CHECK(ctx, blocks >= 1, CLATTN_ERROR_UNSUPPORTED,
+              "attention: a block of %d keys needs %ld loop iterations per work-item in "
+              "flash_vtail, over the loop budget %ld", G, VTAIL_FIXED + vtail_loops_per_key(dv) * G,
+              budget);
+        span = blocks < nblk ? (int)blocks * G : nk;
+    }
     CHECK_ST(clattn__get_kernel(ctx, "flash.cl", defines, "flash_vtail", &k));
-    CHECK_ST(clattn__set_args(ctx, k, "flash_vtail", ARG(V->buf), ARG(V->l), ARG(m->D1), ARG(nk),
-                              ARG(dv), ARG(G), ARG(nblk), ARG(buf), ARG(off), ARGS_END));
     size_t gws[2] = {(size_t)dvp / 16, (size_t)m->D0 * m->D1}, lws[2] = {1, 1};
-    CHECK_ST(clattn__launch(ctx, k, 2, gws, lws, "flash_vtail"));
+    for (int k_lo = (nk - 1) / span * span; k_lo >= 0; k_lo -= span) {
+        int k_hi = k_lo + span < nk ? k_lo + span : nk;
+        CHECK_ST(clattn__set_args(ctx, k, "flash_vtail", ARG(V->buf), ARG(V->l), ARG(m->D1),
+                                  ARG(nk), ARG(dv), ARG(G), ARG(nblk), ARG(buf), ARG(off),
+                                  ARG(k_lo), ARG(k_hi), ARGS_END));
+        CHECK_ST(clattn__launch(ctx, k, 2, gws, lws, "flash_vtail"));
+    }
 fail:
     return st;
 }
@@ -165,7 +186,8 @@ static clattn_status enqueue_cpu(clattn_context *ctx, const clattn_tuning *tune,
     }
     /* the V rows are dvp wide here (zero-padded, or in place only when dv == dvp) */
     if (nvt)
-        CHECK_ST(enqueue_vtail(ctx, defines, &vrows, m, a->nk, dvp, KB, nblk, dvp, buf, nkt + nvp));
+        CHECK_ST(enqueue_vtail(ctx, defines, &vrows, m, a->nk, dvp, KB, nblk, dvp, buf, nkt + nvp,
+                                  0));
     cl_mem vt = nvt ? buf : NULL;
     int vt_off = (int)(nkt + nvp);
     CHECK_ST(clattn__set_args(ctx, kf, "flash_cpu", ARG(Q->buf), ARG(Q->l), ARG(buf),
@@ -185,6 +207,47 @@ fail:
     return st;
 }
 
+/* Loop iterations of one flash_gpu work-item (kernels/flash.cl), counted as clattn__loop_budget
+ * asks: every iteration of every loop, plus one per loop entered. fixed: outside the key loop
+ * (q, the outputs, a resumed or kept state); per_tile: one tile of BK keys. */
+static void gpu_loops(int BQ, int BK, int dp, int dvp, int drop, long *fixed, long *per_tile)
+{
+    long rounds = drop ? 11 : 0; /* clattn_philox's 10 rounds per key */
+    *fixed = (dp + 1) + 2 * (dvp + 1) + (dvp + 1) + 1;
+    *per_tile = 1 + ((long)BK * dp + BQ - 1) / BQ + 1 + ((long)BK * dvp + BQ - 1) / BQ + 1 +
+                (long)BK * (1 + dp + 1) + 1 + (dvp + 1) + (long)BK * (1 + rounds + dvp + 1) + 1;
+}
+
+long clattn__flash_gpu_min_loops(const clattn_tuning *t)
+{
+    long fixed, per_tile, BK = clattn__tune_int(t, "BK", 16);
+    /* the worst case: head size FLASH_MAX_DIM, dropout, BQ lowered to one item (enqueue_gpu) */
+    gpu_loops(1, (int)BK, FLASH_MAX_DIM, FLASH_MAX_DIM, 1, &fixed, &per_tile);
+    long vtail = VTAIL_FIXED + vtail_loops_per_key(1) * BK;
+    return fixed + per_tile > vtail ? fixed + per_tile : vtail;
+}
+
+/* Keys per flash_gpu launch: all of them, or under a loop budget as many whole tiles as fit. */
+static clattn_status gpu_span(clattn_context *ctx, long budget, int BQ, int BK, int dp, int dvp,
+                              const flash_args *a, int *span)
+{
+    clattn_status st = CLATTN_SUCCESS;
+    long fixed, per_tile;
+    gpu_loops(BQ, BK, dp, dvp, a->drop, &fixed, &per_tile);
+    *span = a->nk;
+    if (!budget)
+        return st;
+    long tiles = (budget - fixed) / per_tile;
+    CHECK(ctx, tiles >= 1, CLATTN_ERROR_UNSUPPORTED,
+          "attention=gpu: one tile of BK=%d keys (BQ=%d, head sizes %d, %d) needs %ld loop "
+          "iterations per work-item, over the loop budget %ld", BK, BQ, a->d, a->dv,
+          fixed + per_tile, budget);
+    if ((size_t)tiles < clattn__div_up((size_t)a->nk, (size_t)BK))
+        *span = (int)tiles * BK;
+fail:
+    return st;
+}
+
 static clattn_status enqueue_gpu(clattn_context *ctx, const clattn_tuning *tune,
                                  const clattn_flash_operand *Q, const clattn_flash_operand *K,
                                  const clattn_flash_operand *V, const clattn_mask_args *m,
@@ -192,12 +255,13 @@ static clattn_status enqueue_gpu(clattn_context *ctx, const clattn_tuning *tune,
 {
     clattn_status st = CLATTN_SUCCESS;
     cl_kernel kf;
-    cl_mem vt = NULL;
+    cl_mem buf = NULL, vt = NULL, part = NULL;
     char defines[600];
     clattn_tuning t = *tune;
-    int BQ = clattn__tune_int(&t, "BQ", 64), BK = clattn__tune_int(&t, "BK", 16);
+    int BQ = clattn__tune_int(&t, "BQ", 64), BK = clattn__tune_int(&t, "BK", 16), span = 0;
     int nb = m->D0 * m->D1, nblk = (int)clattn__div_up((size_t)a->nk, (size_t)BK), vt_off = 0;
     int dp = BUCKET(a->d, gpu_buckets), dvp = BUCKET(a->dv, gpu_buckets);
+    long budget = clattn__loop_budget(ctx, &t);
     size_t local = (size_t)BK * ((size_t)dp + 1 + (size_t)dvp) * 4 + 4;
     CHECK(ctx, local <= ctx->local_mem && (size_t)BQ <= ctx->max_wg, CLATTN_ERROR_UNSUPPORTED,
           "attention=gpu: BQ=%d, BK=%d with d=%d, dv=%d needs %zu bytes of local memory (device "
@@ -213,21 +277,33 @@ static clattn_status enqueue_gpu(clattn_context *ctx, const clattn_tuning *tune,
             break;
         clattn__tune_set(&t, "BQ", BQ = kernel_wg > 1 ? (int)kernel_wg : 1);
     }
-    if (needs_vtail(m)) {
-        size_t nvt = (size_t)nb * nblk * dvp;
-        CHECK(ctx, nvt <= (size_t)INT32_MAX, CLATTN_ERROR_UNSUPPORTED,
-              "attention: %zu elements of value sums exceed 32-bit indexing", nvt);
-        CHECK_ST(clattn__scratch(ctx, CLATTN_SCRATCH_ATTN, nvt * 4, &vt));
-        CHECK_ST(enqueue_vtail(ctx, defines, V, m, a->nk, a->dv, BK, nblk, dvp, vt, 0));
-    }
-    CHECK_ST(clattn__set_args(ctx, kf, "flash_gpu", ARG(Q->buf), ARG(Q->l), ARG(K->buf),
-                              ARG(K->l), ARG(V->buf), ARG(V->l), ARG(vt), ARG(vt_off), ARG(nblk),
-                              ARG(out->buf), ARG(out->l), ARG(a->nq), ARG(a->nk), ARG(a->d),
-                              ARG(a->dv), ARG(a->scale), ARGS_END));
-    CHECK_ST(set_tail(ctx, kf, 16, m, a));
+    CHECK_ST(gpu_span(ctx, budget, BQ, BK, dp, dvp, a, &span));
+    /* scratch: the value sums (nb, nblk, dvp) when rows skip keys, then the rows' running state
+     * (nb, nq, 3) when the keys take several launches */
+    size_t nvt = needs_vtail(m) ? (size_t)nb * nblk * dvp : 0;
+    size_t npart = span < a->nk ? (size_t)nb * a->nq * 3 : 0;
+    CHECK(ctx, nvt + npart <= (size_t)INT32_MAX, CLATTN_ERROR_UNSUPPORTED,
+          "attention: %zu elements of value sums and row states exceed 32-bit indexing",
+          nvt + npart);
+    if (nvt + npart)
+        CHECK_ST(clattn__scratch(ctx, CLATTN_SCRATCH_ATTN, (nvt + npart) * 4, &buf));
+    vt = nvt ? buf : NULL;
+    part = npart ? buf : NULL;
+    int part_off = (int)nvt;
+    if (nvt)
+        CHECK_ST(enqueue_vtail(ctx, defines, V, m, a->nk, a->dv, BK, nblk, dvp, vt, 0, budget));
     size_t lws[2] = {(size_t)BQ, 1};
     size_t gws[2] = {clattn__round_up((size_t)a->nq, (size_t)BQ), (size_t)nb};
-    CHECK_ST(clattn__launch(ctx, kf, 2, gws, lws, "flash_gpu"));
+    for (int k_lo = 0; k_lo < a->nk; k_lo += span) {
+        int k_hi = a->nk - k_lo > span ? k_lo + span : a->nk;
+        CHECK_ST(clattn__set_args(ctx, kf, "flash_gpu", ARG(Q->buf), ARG(Q->l), ARG(K->buf),
+                                  ARG(K->l), ARG(V->buf), ARG(V->l), ARG(vt), ARG(vt_off),
+                                  ARG(nblk), ARG(out->buf), ARG(out->l), ARG(a->nq), ARG(a->nk),
+                                  ARG(a->d), ARG(a->dv), ARG(a->scale), ARG(k_lo), ARG(k_hi),
+                                  ARG(part), ARG(part_off), ARGS_END));
+        CHECK_ST(set_tail(ctx, kf, 20, m, a));
+        CHECK_ST(clattn__launch(ctx, kf, 2, gws, lws, "flash_gpu"));
+    }
 fail:
     return st;
 }

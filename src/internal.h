@@ -41,6 +41,10 @@ struct clattn_context {
     char name[256], vendor[256], platform_name[256], platform_version[256], driver[128];
     char description[1280];
     size_t max_wg, max_alloc, local_mem;
+    /* Loop iterations one work-item may run per launch, 0 = no limit: a device that leaves its
+     * loops after a fixed count (Mesa's llvmpipe, see context.c) gets the kernels' work split over
+     * several launches, each under the budget (clattn__loop_budget). */
+    long loop_limit;
     int sync;
     /* Settings (params, else the environment): heap strings, "" when unset, so x[0] means "set";
      * never cut (a directory too long for its file paths fails context creation). */
@@ -215,6 +219,20 @@ void clattn__tune_set(clattn_tuning *t, const char *name, int value);
 /* Variant and parameters of `op` for this device, overrides applied. */
 clattn_status clattn__tune(clattn_context *ctx, const char *op, clattn_tuning *out);
 int clattn__tune_int(const clattn_tuning *t, const char *name, int fallback);
+/* Loop iterations one work-item may run per launch of a GPU-shaped kernel of t, 0 = no limit:
+ * t's LOOPS when set (an override, to exercise the split launches anywhere), else the device's
+ * loop_limit. Ops count their kernels' iterations as llvmpipe does, every iteration of every loop
+ * plus one per loop entered (loops the compiler may unroll included), and split their work so
+ * that each launch stays under it. */
+long clattn__loop_budget(const clattn_context *ctx, const clattn_tuning *t);
+/* The smallest budget under which every call of matmul=gpu, attention=gpu with t's parameters
+ * still runs (matmul.c, flash.c), and softmax=gpu a row of one key (softmax.c; longer rows may
+ * be refused): tuning.c refuses LOOPS below it. */
+long clattn__matmul_gpu_min_loops(const clattn_tuning *t);
+/* The smallest side matmul=gpu's launch may halve a tile side ts to (kept a multiple of wpt). */
+int clattn__smallest_tile(int ts, int wpt);
+long clattn__flash_gpu_min_loops(const clattn_tuning *t);
+long clattn__softmax_gpu_min_loops(const clattn_tuning *t);
 /* Validates the whole override string (unknown ops, variants, parameters are errors). */
 clattn_status clattn__check_tuning(clattn_context *ctx);
 /* Every (op, defines) the table can build: each variant's defaults and each rule's parameters.

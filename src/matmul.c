@@ -116,6 +116,61 @@ static int vec_ok(const clattn_tensor *X, int s_r, int s_k, int tile_r, int tile
            tile % 4 == 0;
 }
 
+/* matmul_tiled's slice flags (kernels/matmul.cl) */
+#define SLICE_RESUME 1
+#define SLICE_RAW 2
+
+/* Loop iterations of one matmul_tiled work-item (kernels/matmul.cl), counted as
+ * clattn__loop_budget asks: every iteration of every loop plus one per loop entered, the unroll
+ * pragmas' included. fixed: outside the k loop; per_step: one TSK-deep step. */
+static void tiled_loops(int TSM, int TSN, int TSK, int WPTM, int WPTN, long *fixed, long *per_step)
+{
+    long items = (long)(TSM / WPTM) * (TSN / WPTN);
+    long nest = (WPTM + 1) + (long)WPTM * (WPTN + 1); /* a WPTM x WPTN loop nest */
+    long stage = ((long)TSM * TSK + items - 1) / items + 1 + ((long)TSN * TSK + items - 1) / items + 1;
+    *fixed = 2 * nest + 1;
+    *per_step = 1 + stage + (long)TSK * (1 + (WPTM + 1) + (WPTN + 1) + nest) + 1;
+}
+
+int clattn__smallest_tile(int ts, int wpt)
+{
+    while (ts % (2 * wpt) == 0)
+        ts /= 2;
+    return ts;
+}
+
+long clattn__matmul_gpu_min_loops(const clattn_tuning *t)
+{
+    int TSM = clattn__tune_int(t, "TSM", 128), TSN = clattn__tune_int(t, "TSN", 128);
+    int WPTM = clattn__tune_int(t, "WPTM", 8), WPTN = clattn__tune_int(t, "WPTN", 8);
+    long fixed, per_step;
+    /* the worst case: both sides halved as far as the launch may (fewest items per group) */
+    tiled_loops(clattn__smallest_tile(TSM, WPTM), clattn__smallest_tile(TSN, WPTN),
+                clattn__tune_int(t, "TSK", 16), WPTM, WPTN, &fixed, &per_step);
+    return fixed + per_step;
+}
+
+/* The k-slice of one matmul_tiled launch: all of K, or under a loop budget as many TSK steps as
+ * fit. */
+static clattn_status k_slice(clattn_context *ctx, const clattn_tuning *t, int TSM, int TSN,
+                             int TSK, int WPTM, int WPTN, int K, int *kc)
+{
+    clattn_status st = CLATTN_SUCCESS;
+    long budget = clattn__loop_budget(ctx, t), fixed, per_step;
+    tiled_loops(TSM, TSN, TSK, WPTM, WPTN, &fixed, &per_step);
+    *kc = K;
+    if (!budget)
+        return st;
+    long steps = (budget - fixed) / per_step;
+    CHECK(ctx, steps >= 1, CLATTN_ERROR_UNSUPPORTED,
+          "matmul=gpu: one TSK=%d step of a TSM=%d TSN=%d tile needs %ld loop iterations per "
+          "work-item, over the loop budget %ld", TSK, TSM, TSN, fixed + per_step, budget);
+    if ((size_t)steps < clattn__div_up((size_t)K, (size_t)TSK))
+        *kc = (int)steps * TSK;
+fail:
+    return st;
+}
+
 static clattn_status enqueue_tiled(clattn_context *ctx, const clattn_tuning *tune_in,
                                    const clattn_tensor *A, operand a, const clattn_tensor *B,
                                    operand b, float alpha, float beta, const clattn_tensor *bias,
@@ -165,17 +220,35 @@ static clattn_status enqueue_tiled(clattn_context *ctx, const clattn_tuning *tun
         else
             clattn__tune_set(&tune, "TSN", TSN /= 2);
     }
+    /* the float4 directions stay aligned in every k-slice: slices start at multiples of TSK */
     int a_vec = vec_ok(A, a.s_row, a.s_col, TSM, TSK, a.batch_stride);
     int b_vec = vec_ok(B, b.s_col, b.s_row, TSN, TSK, b.batch_stride);
-    CHECK_ST(clattn__set_args(ctx, k, "matmul_tiled", ARG(A->buf), ARG(a_off), ARG(a.batch_stride),
-                              ARG(a.s_row), ARG(a.s_col), ARG(a_vec), ARG(B->buf), ARG(b_off),
-                              ARG(b.batch_stride), ARG(b.s_row), ARG(b.s_col), ARG(b_vec),
-                              ARG(C->buf), ARG(c_off), ARG(M), ARG(N), ARG(K), ARG(alpha),
-                              ARG(beta), ARG(bias_buf), ARG(bias_off), ARGS_END));
+    int kc = K;
+    CHECK_ST(k_slice(ctx, &tune, TSM, TSN, TSK, WPTM, WPTN, K, &kc));
     size_t lws[3] = {(size_t)(TSN / WPTN), (size_t)(TSM / WPTM), 1};
     size_t gws[3] = {clattn__div_up((size_t)N, TSN) * lws[0],
                      clattn__div_up((size_t)M, TSM) * lws[1], (size_t)batch};
-    CHECK_ST(clattn__launch(ctx, k, 3, gws, lws, "matmul_tiled"));
+    /* C = alpha op(A) op(B) + beta C (+ bias) over k-slices. With beta = 0 the slices pass their
+     * raw sums on through C and the last one applies alpha and the bias: bit for bit one launch.
+     * Otherwise the first applies beta and the bias and the others add alpha times theirs. */
+    for (int k0 = 0; k0 < K; k0 += kc) {
+        int kn = K - k0 < kc ? K - k0 : kc, first = k0 == 0, last = k0 + kn == K;
+        int ao = a_off + k0 * a.s_col, bo = b_off + k0 * b.s_row, slice = 0;
+        float bt = first ? beta : 1.0f;
+        cl_mem bb = first ? bias_buf : NULL;
+        if (beta == 0.0f) {
+            slice = (first ? 0 : SLICE_RESUME) | (last ? 0 : SLICE_RAW);
+            bt = 0.0f;
+            bb = last ? bias_buf : NULL;
+        }
+        CHECK_ST(clattn__set_args(ctx, k, "matmul_tiled", ARG(A->buf), ARG(ao),
+                                  ARG(a.batch_stride), ARG(a.s_row), ARG(a.s_col), ARG(a_vec),
+                                  ARG(B->buf), ARG(bo), ARG(b.batch_stride), ARG(b.s_row),
+                                  ARG(b.s_col), ARG(b_vec), ARG(C->buf), ARG(c_off), ARG(M),
+                                  ARG(N), ARG(kn), ARG(alpha), ARG(bt), ARG(bb), ARG(bias_off),
+                                  ARG(slice), ARGS_END));
+        CHECK_ST(clattn__launch(ctx, k, 3, gws, lws, "matmul_tiled"));
+    }
 fail:
     return st;
 }

@@ -30,6 +30,34 @@ fail:
     return st;
 }
 
+/* Loop iterations of one masked_softmax_wg work-item (kernels/softmax.cl) for rows of K keys,
+ * counted as clattn__loop_budget asks: three strided passes and two tree reductions. */
+static long wg_loops(int K, int WG)
+{
+    long passes = 3 * ((K + WG - 1) / WG + 1), steps = 1;
+    for (int w = WG; w > 1; w /= 2)
+        steps++;
+    return passes + 2 * steps + 4;
+}
+
+long clattn__softmax_gpu_min_loops(const clattn_tuning *t)
+{
+    return wg_loops(1, clattn__tune_int(t, "WG", 128));
+}
+
+/* The rows are not split over launches: a row whose passes exceed the loop budget is refused. */
+static clattn_status check_loops(clattn_context *ctx, const clattn_tuning *t, int K, int WG)
+{
+    clattn_status st = CLATTN_SUCCESS;
+    long budget = clattn__loop_budget(ctx, t), need = wg_loops(K, WG);
+    CHECK(ctx, !budget || need <= budget, CLATTN_ERROR_UNSUPPORTED,
+          "masked_softmax: rows of %d keys need %ld loop iterations per work-item (softmax=gpu, "
+          "WG=%d), over the loop budget %ld of this device (README, OpenCL implementations)", K,
+          need, WG, budget);
+fail:
+    return st;
+}
+
 clattn_status clattn__enqueue_softmax(clattn_context *ctx, const clattn_tuning *tune,
                                       const clattn_tensor *x, const clattn_mask_args *m,
                                       const clattn_tensor *y)
@@ -56,6 +84,7 @@ clattn_status clattn__enqueue_softmax(clattn_context *ctx, const clattn_tuning *
     if (gpu) {
         lws = (size_t)WG;
         gws = (size_t)nrows * lws;
+        CHECK_ST(check_loops(ctx, &t, K, WG));
     }
     CHECK_ST(clattn__set_args(ctx, k, "masked_softmax", ARG(x->buf), ARG(x_off), ARG(y->buf),
                               ARG(y_off), ARG(nrows), ARG(K), ARG(m->Q), ARG(m->D1),

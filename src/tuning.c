@@ -104,12 +104,21 @@ static int matmul_cpu_check(const clattn_context *ctx, const clattn_tuning *t, c
     return 0;
 }
 
-/* The smallest tile side the launch may halve ts to (matmul.c keeps it a multiple of wpt). */
-static int smallest_tile(int ts, int wpt)
+/* 1 when the loop budget for t (LOOPS, else the device's) is no more than the device allows and
+ * at least what every call needs at worst (need), else 0 with the reason in why. */
+static int loops_check(const clattn_context *ctx, const clattn_tuning *t, long need, char *why,
+                       size_t n)
 {
-    while (ts % (2 * wpt) == 0)
-        ts /= 2;
-    return ts;
+    long loops = param(t, "LOOPS"), budget = clattn__loop_budget(ctx, t);
+    if (loops && ctx->loop_limit && loops > ctx->loop_limit)
+        snprintf(why, n, "LOOPS=%ld is over this device's loop budget %ld (Mesa's llvmpipe leaves "
+                 "a work-item's loops after 65535 iterations)", loops, ctx->loop_limit);
+    else if (budget && budget < need)
+        snprintf(why, n, "a loop budget of %ld iterations is under the %ld one launch of these "
+                 "tiles needs at worst%s", budget, need, loops ? ": raise LOOPS" : "");
+    else
+        return 1;
+    return 0;
 }
 
 static int matmul_gpu_check(const clattn_context *ctx, const clattn_tuning *t, char *why, size_t n)
@@ -129,7 +138,7 @@ static int matmul_gpu_check(const clattn_context *ctx, const clattn_tuning *t, c
         return 0;
     }
     /* The launch halves a tile that does not fit the device; what it cannot reach is refused. */
-    int sm = smallest_tile(TSM, WPTM), sn = smallest_tile(TSN, WPTN);
+    int sm = clattn__smallest_tile(TSM, WPTM), sn = clattn__smallest_tile(TSN, WPTN);
     size_t group = (size_t)(sm / WPTM) * (size_t)(sn / WPTN);
     size_t local = (size_t)TSK * (size_t)(sm + sn + 2) * 4;
     if ((ctx->max_wg && group > ctx->max_wg) || (ctx->local_mem && local > ctx->local_mem)) {
@@ -138,7 +147,7 @@ static int matmul_gpu_check(const clattn_context *ctx, const clattn_tuning *t, c
                  ctx->max_wg, ctx->local_mem);
         return 0;
     }
-    return 1;
+    return loops_check(ctx, t, clattn__matmul_gpu_min_loops(t), why, n);
 }
 
 /* 1 when parameter `name`, a group of `items` work-items, exceeds the device (reason in why). */
@@ -154,7 +163,8 @@ static int over_max_wg(const clattn_context *ctx, const char *name, int items, c
 
 static int softmax_gpu_check(const clattn_context *ctx, const clattn_tuning *t, char *why, size_t n)
 {
-    return !over_max_wg(ctx, "WG", param(t, "WG"), why, n);
+    return !over_max_wg(ctx, "WG", param(t, "WG"), why, n) &&
+           loops_check(ctx, t, clattn__softmax_gpu_min_loops(t), why, n);
 }
 
 static void softmax_gpu_fit(const clattn_context *ctx, clattn_tuning *t)
@@ -201,7 +211,7 @@ static int attention_gpu_check(const clattn_context *ctx, const clattn_tuning *t
                  "work-group at head size %d, over the %u KiB a CPU device's thread stack is "
                  "trusted with", BQ, BK, bytes >> 10, MAX_HEAD, CPU_PRIVATE_BUDGET >> 10);
     else
-        return 1;
+        return loops_check(ctx, t, clattn__flash_gpu_min_loops(t), why, n);
     return 0;
 }
 
@@ -227,19 +237,23 @@ static void attention_gpu_fit(const clattn_context *ctx, clattn_tuning *t)
 static const param_range matmul_cpu_ranges[] = {
     {"TM", 1, 64, ANY},  {"TN", 8, 256, ANY},  {"VN", 8, 16, POW2},
     {"KC", 1, 1 << 20, ANY}, {"RB", 1, 1 << 20, ANY}, {"PK", 1, 1 << 20, ANY}, {NULL, 0, 0, 0}};
+/* LOOPS (GPU shapes): the loop budget per work-item and launch (clattn__loop_budget), 0 = the
+ * device's; a host-side parameter, never passed to the kernel build. */
+#define LOOPS_RANGE {"LOOPS", 0, 1 << 30, ANY}
 static const param_range matmul_gpu_ranges[] = {
     {"TSM", 1, 256, ANY}, {"TSN", 1, 256, ANY}, {"TSK", 1, 64, ANY},
-    {"WPTM", 1, 16, ANY}, {"WPTN", 1, 16, ANY}, {NULL, 0, 0, 0}};
+    {"WPTM", 1, 16, ANY}, {"WPTN", 1, 16, ANY}, LOOPS_RANGE, {NULL, 0, 0, 0}};
 /* The row kernel has float8 and float16 paths only. */
 static const param_range softmax_cpu_ranges[] = {{"VW", 8, 16, POW2}, {NULL, 0, 0, 0}};
 /* The tree reductions halve the group. */
-static const param_range softmax_gpu_ranges[] = {{"WG", 1, 1024, POW2}, {NULL, 0, 0, 0}};
+static const param_range softmax_gpu_ranges[] = {{"WG", 1, 1024, POW2}, LOOPS_RANGE,
+                                                 {NULL, 0, 0, 0}};
 /* Keys are handled 16 at a time and the row corrections live in one float16 (QR <= 16). */
 static const param_range attention_cpu_ranges[] = {
     {"QR", 1, 16, ANY}, {"KB", 16, 256, MUL16}, {"WG", 1, 256, ANY}, {"QG", 1, 64, ANY},
     {NULL, 0, 0, 0}};
 static const param_range attention_gpu_ranges[] = {
-    {"BQ", 1, 1024, ANY}, {"BK", 1, 256, ANY}, {NULL, 0, 0, 0}};
+    {"BQ", 1, 1024, ANY}, {"BK", 1, 256, ANY}, LOOPS_RANGE, {NULL, 0, 0, 0}};
 static const param_range no_ranges[] = {{NULL, 0, 0, 0}};
 
 /* Every variant the library can build. */
@@ -440,7 +454,8 @@ static void write_defines(clattn_tuning *t)
     size_t used = 0;
     t->defines[0] = '\0';
     for (int i = 0; i < t->nparams && used < sizeof t->defines; i++)
-        used += (size_t)snprintf(t->defines + used, sizeof t->defines - used, "-D %s=%d ",
+        if (strcmp(t->names[i], "LOOPS") != 0) /* host-side: kernels never see it */
+            used += (size_t)snprintf(t->defines + used, sizeof t->defines - used, "-D %s=%d ",
                                  t->names[i], t->values[i]);
 }
 
@@ -490,14 +505,14 @@ fail:
     return st;
 }
 
-/* llvmpipe's gallivm keeps one loop counter per kernel, shared by all its loops and never reset,
- * and leaves every loop once it has run 65535 iterations in all, silently
- * (tests/portability/llvmpipe_loop_limit_repro.c). The CPU-shaped kernels loop over whole rows,
- * panels and key ranges in each work-item, so they compute wrong results there from modest sizes
- * on: refused. */
+/* A device whose work-items leave their loops after a fixed count (context.c: Mesa's llvmpipe,
+ * tests/portability/llvmpipe_loop_limit_repro.c). The GPU-shaped kernels split their work over
+ * launches under the budget; the CPU-shaped ones loop over whole rows, panels and key ranges in
+ * each work-item with no such split, so they compute wrong results there from modest sizes on:
+ * refused. */
 static int loop_limited(const clattn_context *ctx)
 {
-    return ci_contains(ctx->name, LLVMPIPE);
+    return ctx->loop_limit != 0;
 }
 
 clattn_status clattn__tune(clattn_context *ctx, const char *op, clattn_tuning *t)
@@ -558,6 +573,12 @@ clattn_status clattn__check_tuning(clattn_context *ctx)
     }
 fail:
     return st;
+}
+
+long clattn__loop_budget(const clattn_context *ctx, const clattn_tuning *t)
+{
+    long loops = clattn__tune_int(t, "LOOPS", 0);
+    return loops > 0 ? loops : ctx->loop_limit;
 }
 
 int clattn__tune_int(const clattn_tuning *t, const char *name, int fallback)

@@ -57,39 +57,56 @@ static void assert_out(const float *got, const double *ref, const double *w, con
     free(scale);
 }
 
-static void run_mode(const att_case *c)
+/* Seeded Q, K, V for c (malloc'd), with c's NaN rows, and its mask. */
+static void make_inputs(const att_case *c, float **q, float **k, float **v, h_mask *hm)
 {
     size_t nb = batch_of(c), nq = c->nq, nk = c->nk;
     size_t qn = nb * nq * c->d, kn = nb * nk * c->d, vn = nb * nk * c->dv;
-    size_t on = nb * nq * c->dv, wn = nb * nq * nk;
-    float *q = malloc(qn * 4), *k = malloc(kn * 4), *v = malloc(vn * 4);
+    *q = malloc(qn * 4);
+    *k = malloc(kn * 4);
+    *v = malloc(vn * 4);
     double qs = c->qscale > 0 ? c->qscale : 1.0;
-    h_fill(q, qn, -qs, qs);
-    h_fill(k, kn, -1, 1);
-    h_fill(v, vn, -1, 1);
+    h_fill(*q, qn, -qs, qs);
+    h_fill(*k, kn, -1, 1);
+    h_fill(*v, vn, -1, 1);
     for (size_t b = 0; b < nb; b++) {
         for (int e = 0; c->nan_k && e < c->d; e++)
-            k[(b * nk + c->nan_k - 1) * c->d + e] = NAN;
+            (*k)[(b * nk + c->nan_k - 1) * c->d + e] = NAN;
         for (int e = 0; c->nan_v && e < c->dv; e++)
-            v[(b * nk + c->nan_v - 1) * c->dv + e] = NAN;
+            (*v)[(b * nk + c->nan_v - 1) * c->dv + e] = NAN;
     }
     size_t sdims[4];
     memcpy(sdims, c->lead, sizeof(size_t) * c->nlead);
     sdims[c->nlead] = nq;
     sdims[c->nlead + 1] = nk;
-    h_mask hm;
-    h_mask_make(&hm, &c->mask, c->nlead + 2, sdims);
-    clattn_tensor tq = make(c, nq, c->d, q), tk = make(c, nk, c->d, k), tv = make(c, nk, c->dv, v);
-    clattn_tensor to = make(c, nq, c->dv, NULL), tw = make(c, nq, nk, NULL);
-    h_poison(&to);
-    h_poison(&tw);
+    h_mask_make(hm, &c->mask, c->nlead + 2, sdims);
+}
+
+static clattn_attention_opts make_opts(const att_case *c, const h_mask *hm)
+{
     clattn_attention_opts opts;
     memset(&opts, 0, sizeof opts);
-    opts.mask = hm.m;
+    opts.mask = hm->m;
     opts.dropout.p = c->p;
     opts.dropout.training = c->p > 0;
     opts.dropout.seed = c->seed;
     opts.scale = c->scale;
+    return opts;
+}
+
+static void run_mode(const att_case *c)
+{
+    size_t nb = batch_of(c), nq = c->nq, nk = c->nk;
+    size_t qn = nb * nq * c->d, kn = nb * nk * c->d, vn = nb * nk * c->dv;
+    size_t on = nb * nq * c->dv, wn = nb * nq * nk;
+    float *q, *k, *v;
+    h_mask hm;
+    make_inputs(c, &q, &k, &v, &hm);
+    clattn_tensor tq = make(c, nq, c->d, q), tk = make(c, nk, c->d, k), tv = make(c, nk, c->dv, v);
+    clattn_tensor to = make(c, nq, c->dv, NULL), tw = make(c, nq, nk, NULL);
+    h_poison(&to);
+    h_poison(&tw);
+    clattn_attention_opts opts = make_opts(c, &hm);
     if (clattn_dot_product_attention(h_ctx, &tq, &tk, &tv, &opts, &to,
                                      c->no_weights ? NULL : &tw) != CLATTN_SUCCESS)
         fail_msg("dot_product_attention: %s", clattn_last_error(h_ctx));
@@ -405,6 +422,87 @@ static void test_many_head_sizes(void **s)
     }
 }
 
+/* Long key ranges: on a device that bounds a work-item's loops (llvmpipe) the kernels split them
+ * over launches (matmul's k-slices, the fused kernel's key ranges). The first case came out wrong
+ * on llvmpipe in one launch. */
+static void test_long_keys(void **s)
+{
+    (void)s;
+    static const int l5[] = {5};
+    CASES({0, {0}, 32, 2048, 64, 64}, {1, {2}, 5, 3001, 64, 48},
+          {0, {0}, 20, 2500, 16, 70, {H_LENS_1D, 0, l5}, .nan_v = 2400},
+          {0, {0}, 33, 2100, 16, 16, {H_LENS_2D, .causal = 1, .fill = -INFINITY}},
+          {0, {0}, 4, 2000, 32, 32, .p = 0.3f, .seed = 7});
+}
+
+/* The fused output of c with tuning (a context wrapping h_ctx's queue), as raw floats; *scratch:
+ * the scratch the context held after it. */
+static float *fused_with(const char *tuning, const att_case *c, const float *q, const float *k,
+                         const float *v, const h_mask *hm, size_t *scratch)
+{
+    clattn_params p;
+    memset(&p, 0, sizeof p);
+    p.tuning = tuning;
+    clattn_context *ctx = NULL;
+    if (clattn_context_wrap(&ctx, clattn_context_cl(h_ctx), clattn_context_device(h_ctx),
+                            clattn_context_queue(h_ctx), &p) != CLATTN_SUCCESS)
+        fail_msg("%s: %s", tuning, clattn_last_error(NULL));
+    clattn_tensor tq = make(c, c->nq, c->d, q), tk = make(c, c->nk, c->d, k);
+    clattn_tensor tv = make(c, c->nk, c->dv, v), to = make(c, c->nq, c->dv, NULL);
+    h_poison(&to);
+    clattn_attention_opts opts = make_opts(c, hm);
+    if (clattn_dot_product_attention(ctx, &tq, &tk, &tv, &opts, &to, NULL) != CLATTN_SUCCESS)
+        fail_msg("%s: %s", tuning, clattn_last_error(ctx));
+    float *o = h_read(&to);
+    *scratch = clattn_context_scratch_bytes(ctx);
+    clattn_tensor_release(&tq); clattn_tensor_release(&tk); clattn_tensor_release(&tv);
+    clattn_tensor_release(&to);
+    clattn_context_destroy(&ctx);
+    return o;
+}
+
+/* The fused GPU kernel over its keys in several launches (a loop budget, LOOPS) computes bit for
+ * bit what one launch does: rows that stop early (lengths, causal), values past the stop that are
+ * NaN, -inf fills, dropout, huge scores, the largest head sizes. The split shows in the scratch:
+ * only split launches keep row states there. */
+static void test_split_launches(void **s)
+{
+    (void)s;
+    static const int l5[] = {5};
+    const att_case cases[] = {
+        {1, {3}, 37, 700, 64, 40, {H_LENS_2D}},
+        {0, {0}, 20, 900, 16, 70, {H_LENS_1D, 0, l5}, .nan_v = 800},
+        {0, {0}, 50, 600, 8, 8, {.causal = 1, .fill = -INFINITY}},
+        {0, {0}, 4, 700, 8, 8, {.mask_rank = 1, .mask_dims = {700}, .mask_prefix = 650,
+                                .fill = -INFINITY}},
+        {1, {2}, 9, 500, 32, 32, .p = 0.25f, .seed = 99},
+        {0, {0}, 16, 400, 16, 16, .qscale = 1e30},
+        {0, {0}, 3, 300, 200, 256, {H_LENS_2D}},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const att_case *c = &cases[i];
+        if (h_small() && batch_of(c) * (size_t)c->nq * c->nk * (c->d + c->dv) > 200000)
+            continue;
+        float *q, *k, *v;
+        h_mask hm;
+        size_t one_bytes, split_bytes, n = batch_of(c) * c->nq * c->dv;
+        make_inputs(c, &q, &k, &v, &hm);
+        float *one = fused_with("attention=gpu:BQ=16:BK=8", c, q, k, v, &hm, &one_bytes);
+        float *split = fused_with("attention=gpu:BQ=16:BK=8:LOOPS=12000", c, q, k, v, &hm,
+                                  &split_bytes);
+        /* (on llvmpipe the device's own budget splits both) */
+        if (split_bytes <= one_bytes && !strstr(clattn_context_description(h_ctx), "llvmpipe"))
+            fail_msg("case %zu: LOOPS=12000 took one launch (scratch %zu bytes, %zu without)", i,
+                     split_bytes, one_bytes);
+        for (size_t e = 0; e < n; e++)
+            if (memcmp(&one[e], &split[e], sizeof *one) != 0)
+                fail_msg("case %zu (Q=%d K=%d d=%d dv=%d): output %zu is %.9g in one launch, "
+                         "%.9g split", i, c->nq, c->nk, c->d, c->dv, e, one[e], split[e]);
+        free(one); free(split); free(q); free(k); free(v);
+        h_mask_free(&hm);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -415,7 +513,8 @@ int main(void)
         cmocka_unit_test(test_dropout_reproducible), cmocka_unit_test(test_explicit_scale),
         cmocka_unit_test(test_neg_inf_fill), cmocka_unit_test(test_huge_scores),
         cmocka_unit_test(test_identical_keys_huge), cmocka_unit_test(test_nan_in_blocked_rows),
-        cmocka_unit_test(test_many_head_sizes),
+        cmocka_unit_test(test_many_head_sizes), cmocka_unit_test(test_long_keys),
+        cmocka_unit_test(test_split_launches),
     };
     return cmocka_run_group_tests(tests, h_setup, h_teardown);
 }

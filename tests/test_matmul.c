@@ -104,6 +104,19 @@ static void test_alpha_beta(void **s)
     run_case(&c, 0, 0, 1.0f, 1.0f);
 }
 
+/* Long inner dimensions: on a device that bounds a work-item's loops (llvmpipe) matmul=gpu splits
+ * K over launches, passing raw sums through C when beta = 0 and adding onto it otherwise. */
+static void test_long_k(void **s)
+{
+    (void)s;
+    if (h_small()) /* minutes under Oclgrind; the -gpu-small tiles split K there already */
+        skip();
+    RUN({1, 64, 80, 20000, 0, 0}, {1, 9, 11, 20000, 0, 0}, {2, 3, 70, 4099, 0, 1});
+    mm_case c = {2, 5, 7, 5003, 0, 0};
+    run_case(&c, 1, 0, -0.75f, 0.5f);
+    run_case(&c, 0, 1, 3.0f, 1.0f);
+}
+
 static void linear_case(int lead0, int lead1, int in, int out, int with_bias)
 {
     size_t rows = (size_t)lead0 * lead1;
@@ -141,8 +154,10 @@ static void test_linear(void **s)
     linear_case(2, 3, 20, 8, 0);
     linear_case(2, 3, 20, 8, 1);
     linear_case(1, 1, 1, 1, 1);
-    if (!h_small())
+    if (!h_small()) {
         linear_case(3, 37, 59, 100, 1);
+        linear_case(1, 3, 6001, 5, 1); /* a bias with K split over launches (test_long_k) */
+    }
 }
 
 /* A view with an element offset inside a larger buffer, and an output next to live data. */
@@ -220,6 +235,7 @@ int main(void)
         cmocka_unit_test(test_shared_operands), cmocka_unit_test(test_larger),
         cmocka_unit_test(test_alpha_beta),   cmocka_unit_test(test_linear),
         cmocka_unit_test(test_offsets),      cmocka_unit_test(test_alpha_one_rounding),
+        cmocka_unit_test(test_long_k),
     };
     return cmocka_run_group_tests(tests, h_setup, h_teardown);
 }

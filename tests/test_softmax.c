@@ -188,6 +188,49 @@ static void test_inplace(void **s)
     CASES({.rank = 3, .dims = {3, 4, 37}, .scale = 2, .lens = LENS_1D, .inplace = 1});
 }
 
+/* softmax=gpu does not split a row over launches: under a loop budget (LOOPS here; llvmpipe's
+ * own, README) a row whose passes exceed it is refused, nothing written, and a row within it
+ * computes as without. Every budget the tuning accepts runs a row of one key. */
+static void test_loop_budget(void **s)
+{
+    (void)s;
+    clattn_params p = {.tuning = "softmax=gpu:WG=32:LOOPS=1000"};
+    clattn_context *ctx = NULL;
+    assert_int_equal(clattn_context_wrap(&ctx, clattn_context_cl(h_ctx),
+                                         clattn_context_device(h_ctx),
+                                         clattn_context_queue(h_ctx), &p), CLATTN_SUCCESS);
+    /* 3 passes of ceil(K / 32) + 1 and 2 reductions of 6, plus 4: 1000 at K = 10464 */
+    static const size_t widths[] = {1, 300, 10464, 10497};
+    for (int i = 0; i < 4; i++) {
+        size_t K = widths[i];
+        float *x = malloc(2 * K * 4), *y0 = malloc(2 * K * 4);
+        double *ref = malloc(2 * K * 8);
+        h_fill(x, 2 * K, -3, 3);
+        for (size_t e = 0; e < 2 * K; e++)
+            y0[e] = 0.5f;
+        clattn_tensor tx = h_tensor(CLATTN_FLOAT32, 2, H_DIMS(2, K), x);
+        clattn_tensor ty = h_tensor(CLATTN_FLOAT32, 2, H_DIMS(2, K), y0);
+        clattn_status st = clattn_masked_softmax(ctx, &tx, NULL, &ty);
+        if (i < 3) {
+            if (st != CLATTN_SUCCESS)
+                fail_msg("K=%zu: %s", K, clattn_last_error(ctx));
+            ref_mask r = {1, 1, 2, (int)K};
+            ref_masked_softmax(&r, x, ref);
+            float *got = h_read(&ty);
+            h_assert_close(got, ref, 2 * K, SM_RTOL, SM_ATOL, "softmax under a loop budget");
+            free(got);
+        } else {
+            assert_int_equal(st, CLATTN_ERROR_UNSUPPORTED);
+            if (!strstr(clattn_last_error(ctx), "loop budget 1000"))
+                fail_msg("message: %s", clattn_last_error(ctx));
+            h_assert_bytes(&ty, y0, "out of a refused softmax");
+        }
+        clattn_tensor_release(&tx); clattn_tensor_release(&ty);
+        free(x); free(y0); free(ref);
+    }
+    clattn_context_destroy(&ctx);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -196,6 +239,7 @@ int main(void)
         cmocka_unit_test(test_device_lens),    cmocka_unit_test(test_causal),
         cmocka_unit_test(test_mask_broadcasts), cmocka_unit_test(test_fully_blocked_row),
         cmocka_unit_test(test_large_logits),   cmocka_unit_test(test_inplace),
+        cmocka_unit_test(test_loop_budget),
     };
     return cmocka_run_group_tests(tests, h_setup, h_teardown);
 }

@@ -31,6 +31,12 @@ static clattn_status create(const char *tuning)
     return st;
 }
 
+/* On a device that bounds a work-item's loops (llvmpipe) every CPU shape is refused for that. */
+static int cpu_shape_refused(const char *tuning)
+{
+    return h_ctx->loop_limit && strstr(tuning, "=cpu");
+}
+
 static void expect_refused(const char *tuning, const char *needle)
 {
     clattn_status st = create(tuning);
@@ -38,7 +44,7 @@ static void expect_refused(const char *tuning, const char *needle)
     if (st != CLATTN_ERROR_INVALID_ARGUMENT)
         fail_msg("CLATTN_TUNE=%s: status %d (%s), expected a refusal", tuning, st,
                  clattn_status_string(st));
-    if (!strstr(msg, needle))
+    if (!strstr(msg, needle) && !(cpu_shape_refused(tuning) && strstr(msg, "65535 iterations")))
         fail_msg("CLATTN_TUNE=%s: message \"%s\" does not name \"%s\"", tuning, msg, needle);
 }
 
@@ -107,8 +113,10 @@ static void test_accepted(void **s)
         size_t local; /* bytes of local memory it needs */
     } cases[] = {
 #define A(t) {t, 256, 0}
+#define BK16 (16 * 513 * 4 + 4) /* attention=gpu's default BK=16 tiles at head size 256 */
         A(""), A("softmax=cpu"), A("softmax=gpu"), A("matmul=cpu"), A("matmul=gpu"),
-        A("attention=cpu"), A("attention=gpu"), A("attention=unfused"), A("softmax=cpu:VW=8"),
+        A("attention=cpu"), {"attention=gpu", 256, BK16}, A("attention=unfused"),
+        A("softmax=cpu:VW=8"),
         A("softmax=cpu:VW=16"), A("softmax=gpu:WG=1"), {"softmax=gpu:WG=1024", 1024, 0},
         A("matmul=cpu:TM=1:TN=8:VN=8:KC=1:RB=1:PK=1"),
         A("matmul=cpu:TM=64:TN=8:VN=8:KC=1048576:RB=1048576:PK=1048576"),
@@ -117,16 +125,24 @@ static void test_accepted(void **s)
         A("matmul=gpu:TSM=256:TSN=256:TSK=64:WPTM=16:WPTN=16"),
         A("attention=cpu:QR=1:KB=16:WG=1:QG=1"), A("attention=cpu:QR=16:KB=16:WG=1:QG=32"),
         A("attention=cpu:QR=1:KB=256:WG=1:QG=64"), A("attention=cpu:QR=16:QG=1:WG=22"),
-        A("attention=gpu:BQ=1:BK=1"), A("attention=gpu:BQ=16:BK=1"), A("attention=gpu:BQ=100"),
-        A("attention=gpu:BK=8"), A("attention=gpu:BQ=5:BK=1"),
+        A("attention=gpu:BQ=1:BK=1"), A("attention=gpu:BQ=16:BK=1"),
+        {"attention=gpu:BQ=100", 256, BK16}, A("attention=gpu:BK=8"), A("attention=gpu:BQ=5:BK=1"),
         {"attention=gpu:BQ=256:BK=256", 256, 256 * 513 * 4 + 4},
-        {"attention=gpu:BQ=400:BK=100", 400, 0}, A("matmul=gpu,softmax=gpu,attention=gpu"),
+        {"attention=gpu:BQ=400:BK=100", 400, 100 * 513 * 4 + 4},
+        {"matmul=gpu,softmax=gpu,attention=gpu", 256, BK16},
+        A("matmul=gpu:LOOPS=60000"), A("attention=gpu:BK=8:LOOPS=20000"),
+        A("softmax=gpu:WG=32:LOOPS=1000"),
+#undef BK16
 #undef A
     };
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
-        if (cases[i].group <= h_ctx->max_wg && cases[i].local <= h_ctx->local_mem &&
-            create(cases[i].tuning) != CLATTN_SUCCESS)
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        if (cases[i].group > h_ctx->max_wg || cases[i].local > h_ctx->local_mem)
+            continue;
+        if (cpu_shape_refused(cases[i].tuning))
+            expect_refused(cases[i].tuning, "");
+        else if (create(cases[i].tuning) != CLATTN_SUCCESS)
             fail_msg("CLATTN_TUNE=%s refused: %s", cases[i].tuning, clattn_last_error(NULL));
+    }
 }
 
 /* ---- device limits, on made-up devices (clattn__tune with the fields it reads) ---- */
@@ -223,9 +239,21 @@ static void test_device_limits(void **s)
                 assert_true(tuned("matmul", "TM") != 0 && tuned("softmax", "VW") != 0 &&
                             tuned("attention", "QR") != 0);
             }
-    /* llvmpipe: the GPU shapes, and the CPU shapes refused (its loop limit) */
+    /* a loop budget (LOOPS) under what one launch of the tiles needs at worst is refused: one
+     * TSK=2 step of 1 x 1 tiles (the 2 x 2 halved) loops more than 10 times, and less than 100 */
+    fake_device(GPU, 1024, 32768, "matmul=gpu:TSM=2:TSN=2:TSK=2:WPTM=1:WPTN=1:LOOPS=10");
+    expect_fake(CLATTN_ERROR_INVALID_ARGUMENT, "raise LOOPS");
+    fake_device(GPU, 1024, 32768, "matmul=gpu:TSM=2:TSN=2:TSK=2:WPTM=1:WPTN=1:LOOPS=100");
+    expect_fake(CLATTN_SUCCESS, NULL);
+    fake_device(GPU, 1024, 1 << 20, "attention=gpu:BK=16:LOOPS=1000");
+    expect_fake(CLATTN_ERROR_INVALID_ARGUMENT, "raise LOOPS");
+    fake_device(GPU, 1024, 1 << 20, "attention=gpu:BK=16:LOOPS=1073741824");
+    expect_fake(CLATTN_SUCCESS, NULL);
+    /* llvmpipe: the GPU shapes, and the CPU shapes refused (its loop limit); no budget over the
+     * device's */
     fake_device(CPU, 1024, 32768, "");
     snprintf(fake.name, sizeof fake.name, "llvmpipe (LLVM 15.0.6, 256 bits)");
+    fake.loop_limit = 65535 - 512;
     assert_int_equal(tuned("matmul", "TM"), -1);
     assert_true(tuned("matmul", "TSM") > 0 && tuned("softmax", "WG") > 0 &&
                 tuned("attention", "BQ") > 0);
@@ -233,8 +261,18 @@ static void test_device_limits(void **s)
     for (int i = 0; i < 3; i++) {
         fake_device(CPU, 1024, 32768, cpu_shapes[i]);
         snprintf(fake.name, sizeof fake.name, "llvmpipe (LLVM 15.0.6, 256 bits)");
+        fake.loop_limit = 65535 - 512;
         expect_fake(CLATTN_ERROR_INVALID_ARGUMENT, "65535 iterations");
     }
+    static const char *const budgets[] = {"matmul=gpu:LOOPS=65024", "attention=gpu:BK=8:LOOPS=70000"};
+    for (int i = 0; i < 2; i++) {
+        fake_device(CPU, 1024, 32768, budgets[i]);
+        fake.loop_limit = 65535 - 512;
+        expect_fake(CLATTN_ERROR_INVALID_ARGUMENT, "over this device's loop budget");
+    }
+    fake_device(CPU, 1024, 32768, "matmul=gpu:LOOPS=65023,attention=gpu:BK=8:LOOPS=20000");
+    fake.loop_limit = 65535 - 512;
+    expect_fake(CLATTN_SUCCESS, NULL);
     clattn_variant_info v[64];
     int nv = clattn__variant_list(v, 64);
     assert_true(nv >= 7 && nv <= 64); /* every variant's defaults and every rule parse */
@@ -263,7 +301,8 @@ static const fz_variant fz_variants[] = {
       {"TSN", "1,2,4,8,12,16,20,32,64,128,256,257"},
       {"TSK", "1,2,4,8,16,32,64,65"},
       {"WPTM", "1,2,3,4,5,8,16,17"},
-      {"WPTN", "1,2,3,4,5,8,16,17"}}},
+      {"WPTN", "1,2,3,4,5,8,16,17"},
+      {"LOOPS", "0,1,100,600,2000,5000,65023,1073741824,1073741825"}}},
     {"softmax", "cpu", {{"VW", "8,16,8,16,1,3,4,32"}}},
     {"softmax", "gpu", {{"WG", "1,2,4,32,64,128,256,1024,2048,3,96,100"}}},
     {"attention", "cpu",
@@ -273,7 +312,8 @@ static const fz_variant fz_variants[] = {
       {"QG", "1,2,3,4,8,32,64,65"}}},
     {"attention", "gpu",
      {{"BQ", "1,3,16,32,64,100,256,481,1024,1025"},
-      {"BK", "1,2,7,16,32,64,256,257"}}},
+      {"BK", "1,2,7,16,32,64,256,257"},
+      {"LOOPS", "0,1,1000,9000,20000,40000,65023,1073741824,1073741825"}}},
     {"attention", "unfused", {{NULL, NULL}}},
 };
 static const char *const fz_junk[] = {"0", "-1", "-16", "2147483648", "99999999999999999999",
