@@ -55,6 +55,7 @@ typedef struct {
     double max_time; /* seconds of timed runs per figure, at least 3 runs */
     bench_size sizes[MAX_SIZES];
     int nsizes;
+    int attn_n[MAX_SIZES], nattn; /* attention sequence lengths */
     int trans[4], ntrans; /* GEMM transposes: bit 0 = A, bit 1 = B */
     const char *only;
     const char *section; /* the one running */
@@ -624,10 +625,10 @@ static void att_one(bench *b, size_t heads, size_t n, size_t d, int causal)
 
 static void bench_attention(bench *b)
 {
-    att_one(b, 16, 1024, 64, 0);
-    att_one(b, 16, 1024, 64, 1);
-    att_one(b, 16, 2048, 64, 0);
-    att_one(b, 16, 2048, 64, 1);
+    for (int i = 0; i < b->nattn; i++) {
+        att_one(b, 16, (size_t)b->attn_n[i], 64, 0);
+        att_one(b, 16, (size_t)b->attn_n[i], 64, 1);
+    }
 }
 
 /* ---- multi-head forward: batch 4, 8 heads, 512 x 512, hidden 512, biases (as torch's default) ---- */
@@ -910,7 +911,7 @@ static const bench_section sections[] = {
      bench_gemm},
     {"softmax", "masked softmax, 4096 x 1024, random valid lengths, GB/s read + written",
      bench_softmax},
-    {"attention", "scaled dot-product, 16 heads, d 64, N 1024/2048, plain and causal: fused vs "
+    {"attention", "scaled dot-product, 16 heads, d 64, N from --attn-n, plain and causal: fused vs "
                   "unfused vs the naive chain of public ops, GFLOP/s = 4 H N^2 d / time",
      bench_attention},
     {"mha", "multi-head forward, batch 4, 8 heads, 512 x 512, hidden 512, biases: fused vs unfused",
@@ -971,11 +972,27 @@ static void parse_trans(bench *b, const char *arg)
     }
 }
 
+static void parse_attn_n(bench *b, const char *arg)
+{
+    b->nattn = 0;
+    for (const char *s = arg; *s;) {
+        char *end;
+        long n = strtol(s, &end, 10);
+        if (end == s || n < 1 || n > 65536 || (*end && *end != ','))
+            die("--attn-n: '%s': expected lengths 1-65536, comma-separated", arg);
+        if (b->nattn == MAX_SIZES)
+            die("--attn-n: at most %d lengths", MAX_SIZES);
+        b->attn_n[b->nattn++] = (int)n;
+        s = *end ? end + 1 : end;
+    }
+}
+
 static void usage(void)
 {
     printf("usage: clattn-bench [options]\n"
            "  --only LIST        sections to run, comma-separated (default: all)\n"
            "  --sizes LIST       GEMM sizes: N (square) or MxNxK, comma-separated (1024,2048)\n"
+           "  --attn-n LIST      attention sequence lengths, comma-separated (1024,2048)\n"
            "  --trans LIST       GEMM transposes of A and B: NN, NT, TN, TT, comma-separated (NN)\n"
            "  --reps N           timed runs per figure, the median is reported (15)\n"
            "  --warmup N         untimed runs before timing (2)\n"
@@ -1083,6 +1100,7 @@ int main(int argc, char **argv)
     b.max_time = 5;
     b.rng = 1;
     parse_sizes(&b, "1024,2048");
+    parse_attn_n(&b, "1024,2048");
     parse_trans(&b, "NN");
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -1113,6 +1131,8 @@ int main(int argc, char **argv)
             parse_sizes(&b, v);
         } else if (!strcmp(a, "--trans")) {
             parse_trans(&b, v);
+        } else if (!strcmp(a, "--attn-n")) {
+            parse_attn_n(&b, v);
         } else if (!strcmp(a, "--reps")) {
             b.reps = int_arg(a, v, 3);
         } else if (!strcmp(a, "--warmup")) {
