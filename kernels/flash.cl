@@ -435,28 +435,32 @@ void flash_gpu(__global const float *Q, int4 ql, __global const float *K, int4 k
 {
     __local float Ks[BK][DP + 1]; /* +1: rows land in different banks */
     __local float Vs[BK][DVP];
-    __local int need;
+    __local int need, resumed_stop;
     int t = get_local_id(0), bb = get_group_id(1);
     int row = get_group_id(0) * BQ + t, rowc = min(row, nq - 1);
     int d0 = bb / D1, d1 = bb % D1;
     int limit = clattn_row_limit(d0, rowc, nk, lens, lens_off, lens_mode, nq, causal);
     __global const int *mrow = clattn_mask_row(mask, mask_off, ms, d0, d1, rowc);
     __global float *orow = O + flash_at(ol, D1, bb, rowc);
-    /* padding items (row >= nq) read row nq - 1's state: the same group, so the same stop */
     __global float *st = part ? part + part_off + ((size_t)bb * nq + rowc) * 3 : 0;
     float q[DP], acc[DVP], m = -INFINITY, l = 0.0f;
-    int stop = -1; /* the key block where the group stopped (uniform in the group), -1: none */
     for (int e = 0; e < DP; e++)
         q[e] = e < d ? Q[flash_at(ql, D1, bb, rowc) + e] : 0.0f;
     for (int c = 0; c < DVP; c++)
         acc[c] = 0.0f;
-    if (k_lo > 0) {
+    /* Each row resumes its own state only: padding items (row >= nq) vote in nothing and store
+     * nothing, and the stop, the same for every row of the group, comes from item 0's row (a
+     * real one) through local memory, so no item reads what another writes in this launch. */
+    if (k_lo > 0 && row < nq) {
         m = st[0];
         l = st[1];
-        stop = as_int(st[2]);
         for (int c = 0; c < dv; c++)
             acc[c] = orow[c];
     }
+    if (t == 0)
+        resumed_stop = k_lo > 0 ? as_int(st[2]) : -1;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    int stop = resumed_stop; /* the key block where the group stopped, -1: none */
     int kbase;
     for (kbase = k_lo; stop < 0 && kbase < k_hi; kbase += BK) {
         if (t == 0)
