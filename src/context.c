@@ -76,6 +76,8 @@ static void query_device(clattn_context *c)
     clGetDeviceInfo(c->device, CL_DEVICE_MAX_WORK_GROUP_SIZE, sizeof c->max_wg, &c->max_wg, NULL);
     clGetDeviceInfo(c->device, CL_DEVICE_MAX_MEM_ALLOC_SIZE, sizeof alloc, &alloc, NULL);
     clGetDeviceInfo(c->device, CL_DEVICE_LOCAL_MEM_SIZE, sizeof local, &local, NULL);
+    clGetDeviceInfo(c->device, CL_DEVICE_NATIVE_VECTOR_WIDTH_FLOAT, sizeof c->native_float,
+                    &c->native_float, NULL);
     c->max_alloc = (size_t)alloc;
     c->local_mem = (size_t)local;
     const char *t = (c->type & CL_DEVICE_TYPE_GPU) ? "GPU"

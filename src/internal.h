@@ -41,6 +41,7 @@ struct clattn_context {
     char name[256], vendor[256], platform_name[256], platform_version[256], driver[128];
     char description[1280];
     size_t max_wg, max_alloc, local_mem;
+    cl_uint native_float; /* CL_DEVICE_NATIVE_VECTOR_WIDTH_FLOAT: 16 on AVX-512 CPUs */
     /* Loop iterations one work-item may run per launch, 0 = no limit: a device that leaves its
      * loops after a fixed count (Mesa's llvmpipe, see context.c) gets the kernels' work split over
      * several launches, each under the budget (clattn__loop_budget). */

@@ -249,6 +249,19 @@ static void test_device_limits(void **s)
     expect_fake(CLATTN_ERROR_INVALID_ARGUMENT, "raise LOOPS");
     fake_device(GPU, 1024, 1 << 20, "attention=gpu:BK=16:LOOPS=1073741824");
     expect_fake(CLATTN_SUCCESS, NULL);
+    /* the AVX-512 matmul tile by capability (native float vectors of 16, as PoCL and Intel's
+     * CPU runtime report AVX-512), never by the device's name */
+    fake_device(CPU, 4096, 1 << 21, "");
+    fake.native_float = 16;
+    snprintf(fake.name, sizeof fake.name, "AMD EPYC 9R14"); /* Intel's runtime: the CPU brand */
+    assert_int_equal(tuned("matmul", "TN"), 64);
+    assert_int_equal(tuned("matmul", "VN"), 16);
+    fake.native_float = 8;
+    snprintf(fake.name, sizeof fake.name, "pthread-skylake-avx512");
+    assert_int_equal(tuned("matmul", "TN"), 16);
+    fake_device(GPU, 1024, 65536, "");
+    fake.native_float = 16;
+    assert_int_equal(tuned("matmul", "TN"), -1); /* a GPU keeps the GPU shape */
     /* llvmpipe: the GPU shapes, and the CPU shapes refused (its loop limit); no budget over the
      * device's */
     fake_device(CPU, 1024, 32768, "");
