@@ -435,7 +435,9 @@ void flash_gpu(__global const float *Q, int4 ql, __global const float *K, int4 k
 {
     __local float Ks[BK][DP + 1]; /* +1: rows land in different banks */
     __local float Vs[BK][DVP];
-    __local int need, resumed_stop;
+    __local int need;
+    __local int resumed_stop[1]; /* an array: clang takes a __local scalar that one item writes
+                                    for a private one and warns that the others read it unset */
     int t = get_local_id(0), bb = get_group_id(1);
     int row = get_group_id(0) * BQ + t, rowc = min(row, nq - 1);
     int d0 = bb / D1, d1 = bb % D1;
@@ -458,9 +460,9 @@ void flash_gpu(__global const float *Q, int4 ql, __global const float *K, int4 k
             acc[c] = orow[c];
     }
     if (t == 0)
-        resumed_stop = k_lo > 0 ? as_int(st[2]) : -1;
+        resumed_stop[0] = k_lo > 0 ? as_int(st[2]) : -1;
     barrier(CLK_LOCAL_MEM_FENCE);
-    int stop = resumed_stop; /* the key block where the group stopped, -1: none */
+    int stop = resumed_stop[0]; /* the key block where the group stopped, -1: none */
     int kbase;
     for (kbase = k_lo; stop < 0 && kbase < k_hi; kbase += BK) {
         if (t == 0)
