@@ -352,10 +352,15 @@ void matmul_tiled(__global const float *A, int a_off, int a_bs, int a_si, int a_
     __global float *c = C + c_off + (size_t)b * M * N;
     float acc[WPTM][WPTN];
     for (int wm = 0; wm < WPTM; wm++)
-        for (int wn = 0; wn < WPTN; wn++) {
-            int i = i0 + ty + wm * RTSM, j = j0 + tx + wn * RTSN;
-            acc[wm][wn] = (slice & SLICE_RESUME) && i < M && j < N ? c[(size_t)i * N + j] : 0.0f;
-        }
+        for (int wn = 0; wn < WPTN; wn++)
+            acc[wm][wn] = 0.0f;
+    if (slice & SLICE_RESUME)
+        for (int wm = 0; wm < WPTM; wm++)
+            for (int wn = 0; wn < WPTN; wn++) {
+                int i = i0 + ty + wm * RTSM, j = j0 + tx + wn * RTSN;
+                if (i < M && j < N)
+                    acc[wm][wn] = c[(size_t)i * N + j];
+            }
     for (int k0 = 0; k0 < K; k0 += TSK) {
         STAGE(As, TSM, a, a_si, a_sk, i0, M, k0, K, a_vec);
         STAGE(Bs, TSN, bb, b_sj, b_sk, j0, N, k0, K, b_vec);

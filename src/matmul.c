@@ -128,7 +128,7 @@ static void tiled_loops(int TSM, int TSN, int TSK, int WPTM, int WPTN, long *fix
     long items = (long)(TSM / WPTM) * (TSN / WPTN);
     long nest = (WPTM + 1) + (long)WPTM * (WPTN + 1); /* a WPTM x WPTN loop nest */
     long stage = ((long)TSM * TSK + items - 1) / items + 1 + ((long)TSN * TSK + items - 1) / items + 1;
-    *fixed = 2 * nest + 1;
+    *fixed = 3 * nest + 1; /* zero, resume (RESUME slices) and store the accumulators */
     *per_step = 1 + stage + (long)TSK * (1 + (WPTM + 1) + (WPTN + 1) + nest) + 1;
 }
 
