@@ -295,6 +295,10 @@ typedef struct {
  * what both share): 32 512-bit registers, room for a 6 x 64 tile (24 accumulators), 4-9% faster
  * than 12 x 32 on PoCL, 10-25% faster than the AVX2 tile on Intel's runtime at n = 2048. */
 #define AVX512_MATMUL "TM=6:TN=64:VN=16"
+/* CPUs with narrower vectors (AVX2: a float16 is two of its 16 registers): QR=6 rows of 16-key
+ * blocks, measured on an AVX2 EPYC at H16 d64 N 512-2048 (BENCHMARKS.md) 1.17-1.32x the QR=5,
+ * KB=64 tile (which spills there) on PoCL and 1.12-1.34x on Intel's CPU runtime. */
+#define AVX2_ATTENTION "QR=6:KB=16"
 
 /* Mesa's llvmpipe (rusticl) compiles work-groups SIMD across work-items, as a GPU does, and ends
  * a work-item's loops after 65535 iterations in all (see loop_limited): the GPU shapes. */
@@ -310,7 +314,8 @@ static const rule rules[] = {
     {CL_DEVICE_TYPE_CPU, NULL, NULL, 0, "softmax", "cpu", ""},
     {0, NULL, NULL, 0, "matmul", "gpu", ""},
     {0, NULL, NULL, 0, "softmax", "gpu", ""},
-    {CL_DEVICE_TYPE_CPU, NULL, NULL, 0, "attention", "cpu", ""},
+    {CL_DEVICE_TYPE_CPU, NULL, NULL, 16, "attention", "cpu", ""},
+    {CL_DEVICE_TYPE_CPU, NULL, NULL, 0, "attention", "cpu", AVX2_ATTENTION},
     {0, NULL, NULL, 0, "attention", "gpu", ""},
 };
 
