@@ -45,6 +45,20 @@ void ref_masked_softmax(const ref_mask *m, const float *x, double *out)
     free(xd);
 }
 
+void ref_attention_scale(size_t nb, int nq, int nk, int dv, const double *w, const double *v,
+                         const double *out, double *scale)
+{
+    for (size_t b = 0; b < nb; b++)
+        for (int i = 0; i < nq; i++)
+            for (int j = 0; j < dv; j++) {
+                double m = 0;
+                for (int k = 0; k < nk; k++)
+                    m += fabs(w[(b * nq + i) * nk + k] * v[(b * nk + k) * dv + j]);
+                size_t o = (b * nq + i) * dv + j;
+                scale[o] = fmax(fabs(out[o]), m) + 1e-30;
+            }
+}
+
 double *ref_to_double(const float *x, size_t n)
 {
     double *d = malloc(n * sizeof *d);

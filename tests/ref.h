@@ -49,6 +49,11 @@ typedef struct {
 void ref_attention(const ref_mask *m, int d, int dv, const double *q, const double *k,
                    const double *v, double scale, const ref_dropout_params *drop, double *weights,
                    double *out);
+/* The error scale of attention outputs: scale = max(|out|, sum_k |w v|) (+1e-30) per element of
+ * out (nb, nq, dv), from the weights w (nb, nq, nk) that multiplied v (nb, nk, dv). An output
+ * within a small multiple of float32 rounding of this is right; one wrong weight or value is not. */
+void ref_attention_scale(size_t nb, int nq, int nk, int dv, const double *w, const double *v,
+                         const double *out, double *scale);
 /* Converts n floats to doubles (malloc'd). */
 double *ref_to_double(const float *x, size_t n);
 #endif

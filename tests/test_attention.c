@@ -44,15 +44,7 @@ static void assert_out(const float *got, const double *ref, const double *w, con
 {
     size_t n = nb * c->nq * c->dv;
     double *scale = malloc(n * sizeof *scale);
-    for (size_t b = 0; b < nb; b++)
-        for (int i = 0; i < c->nq; i++)
-            for (int j = 0; j < c->dv; j++) {
-                double m = 0;
-                for (int k = 0; k < c->nk; k++)
-                    m += fabs(w[(b * c->nq + i) * c->nk + k] * v[(b * c->nk + k) * c->dv + j]);
-                size_t o = (b * c->nq + i) * c->dv + j;
-                scale[o] = fmax(fabs(ref[o]), m) + 1e-30;
-            }
+    ref_attention_scale(nb, c->nq, c->nk, c->dv, w, v, ref, scale);
     h_assert_scaled(got, ref, scale, n, OUT_TOL, what);
     free(scale);
 }

@@ -582,15 +582,7 @@ static void battery_attention(const clattn_tuning *t, int cheap)
     double *qd = ref_to_double(q, qn), *kd = ref_to_double(k, kn), *vd = ref_to_double(v, vn);
     double *w = malloc(nb * nq * nk * 8), *ref = malloc(on * 8), *scale = malloc(on * 8);
     ref_attention(&hm.r, d, dv, qd, kd, vd, 1.0 / sqrt((double)d), NULL, w, ref);
-    for (size_t b = 0; b < nb; b++) /* |out - ref| <= OUT_TOL * max(|ref|, sum_k w |v|) */
-        for (int i = 0; i < nq; i++)
-            for (int j = 0; j < dv; j++) {
-                double m = 0;
-                for (int kk = 0; kk < nk; kk++)
-                    m += fabs(w[(b * nq + i) * nk + kk] * vd[(b * nk + kk) * dv + j]);
-                size_t e = (b * nq + i) * dv + j;
-                scale[e] = fmax(fabs(ref[e]), m) + 1e-30;
-            }
+    ref_attention_scale(nb, nq, nk, dv, w, vd, ref, scale); /* |out - ref| <= OUT_TOL * scale */
     h_assert_scaled(got, ref, scale, on, OUT_TOL, what);
     clattn_tensor_release(&tq); clattn_tensor_release(&tk); clattn_tensor_release(&tv);
     h_mask_free(&hm);

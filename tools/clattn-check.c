@@ -248,15 +248,7 @@ static void check_attention(clattn_context *ctx, result *r, int with_weights)
         ref_mask rm = {NB, 1, Q, K, causal ? NULL : lens, causal ? 0 : 2, NULL, {0, 0, 0, 0},
                        causal, causal ? -INFINITY : (double)CLATTN_DEFAULT_FILL};
         ref_attention(&rm, D, DV, qd, kd, vd, 1.0 / sqrt((double)D), NULL, w, ref);
-        for (size_t b = 0; b < NB; b++)
-            for (int i = 0; i < Q; i++)
-                for (int j = 0; j < DV; j++) {
-                    double m = 0;
-                    for (int kk = 0; kk < K; kk++)
-                        m += fabs(w[(b * Q + i) * K + kk] * vd[(b * K + kk) * DV + j]);
-                    size_t o = (b * Q + i) * DV + j;
-                    scale[o] = fmax(fabs(ref[o]), m) + 1e-30;
-                }
+        ref_attention_scale(NB, Q, K, DV, w, vd, ref, scale);
         r->err[c] = fmax(r->err[c], scaled_error(got, ref, scale, on));
     }
     if (r->err[c] >= 0)
