@@ -11,13 +11,11 @@ static clattn_status enqueue_scores(clattn_context *ctx, const clattn_tensor *qp
     cl_kernel k;
     int B = (int)qp->dims[0], Q = (int)qp->dims[1], K = (int)kp->dims[1], H = (int)qp->dims[2];
     int qo = (int)qp->offset, ko = (int)kp->offset, wo = (int)wv->offset, so = (int)s->offset;
+    size_t one;
     /* a work-item's loops over the hidden size (kernels/additive.cl, VW = 8), counted as
      * clattn__loop_budget asks; not split over launches */
-    long need = (H / 8 + 1) + (8 + 1) + 1;
-    CHECK(ctx, !ctx->loop_limit || need <= ctx->loop_limit, CLATTN_ERROR_UNSUPPORTED,
-          "additive attention: a hidden size of %d needs %ld loop iterations per work-item, over "
-          "the loop budget %ld of this device (README, OpenCL implementations)", H, need,
-          ctx->loop_limit);
+    CHECK_ST(clattn__loop_units(ctx, ctx->loop_limit, 0, (H / 8 + 1) + (8 + 1) + 1, 1, &one,
+                                "additive attention: a hidden size of %d", H));
     CHECK_ST(clattn__get_kernel(ctx, "additive.cl", "", "additive_scores", &k));
     CHECK_ST(clattn__set_args(ctx, k, "additive_scores", ARG(qp->buf), ARG(qo), ARG(kp->buf),
                               ARG(ko), ARG(wv->buf), ARG(wo), ARG(s->buf), ARG(so), ARG(Q), ARG(K),

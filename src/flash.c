@@ -118,15 +118,12 @@ static clattn_status enqueue_vtail(clattn_context *ctx, const char *defines,
 {
     clattn_status st = CLATTN_SUCCESS;
     cl_kernel k;
-    int off = (int)vt_off, span = nk;
-    if (budget) {
-        long blocks = (budget - VTAIL_FIXED) / (vtail_loops_per_key(dv) * G);
-        CHECK(ctx, blocks >= 1, CLATTN_ERROR_UNSUPPORTED,
-              "attention: a block of %d keys needs %ld loop iterations per work-item in "
-              "flash_vtail, over the loop budget %ld", G, VTAIL_FIXED + vtail_loops_per_key(dv) * G,
-              budget);
-        span = blocks < nblk ? (int)blocks * G : nk;
-    }
+    int off = (int)vt_off;
+    size_t blocks;
+    CHECK_ST(clattn__loop_units(ctx, budget, VTAIL_FIXED, vtail_loops_per_key(dv) * G,
+                                (size_t)nblk, &blocks, "attention: flash_vtail's block of %d keys",
+                                G));
+    int span = blocks < (size_t)nblk ? (int)blocks * G : nk;
     CHECK_ST(clattn__get_kernel(ctx, "flash.cl", defines, "flash_vtail", &k));
     size_t gws[2] = {(size_t)dvp / 16, (size_t)m->D0 * m->D1}, lws[2] = {1, 1};
     for (int k_lo = (nk - 1) / span * span; k_lo >= 0; k_lo -= span) {
@@ -233,17 +230,12 @@ static clattn_status gpu_span(clattn_context *ctx, long budget, int BQ, int BK, 
 {
     clattn_status st = CLATTN_SUCCESS;
     long fixed, per_tile;
+    size_t tiles, ntiles = clattn__div_up((size_t)a->nk, (size_t)BK);
     gpu_loops(BQ, BK, dp, dvp, a->drop, &fixed, &per_tile);
-    *span = a->nk;
-    if (!budget)
-        return st;
-    long tiles = (budget - fixed) / per_tile;
-    CHECK(ctx, tiles >= 1, CLATTN_ERROR_UNSUPPORTED,
-          "attention=gpu: one tile of BK=%d keys (BQ=%d, head sizes %d, %d) needs %ld loop "
-          "iterations per work-item, over the loop budget %ld", BK, BQ, a->d, a->dv,
-          fixed + per_tile, budget);
-    if ((size_t)tiles < clattn__div_up((size_t)a->nk, (size_t)BK))
-        *span = (int)tiles * BK;
+    CHECK_ST(clattn__loop_units(ctx, budget, fixed, per_tile, ntiles, &tiles,
+                                "attention=gpu: a tile of BK=%d keys (BQ=%d, head sizes %d, %d)",
+                                BK, BQ, a->d, a->dv));
+    *span = tiles < ntiles ? (int)tiles * BK : a->nk;
 fail:
     return st;
 }

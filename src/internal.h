@@ -226,6 +226,17 @@ int clattn__tune_int(const clattn_tuning *t, const char *name, int fallback);
  * plus one per loop entered (loops the compiler may unroll included), and split their work so
  * that each launch stays under it. */
 long clattn__loop_budget(const clattn_context *ctx, const clattn_tuning *t);
+/* How many of `count` units of work (TSK steps, key tiles, key blocks; 1 for work that is not
+ * split) one launch takes when each work-item runs `fixed` loop iterations plus `per_unit` per
+ * unit: all of them without a budget (0), else as many as fit, at least one, or
+ * CLATTN_ERROR_UNSUPPORTED naming the work one unit is (printf format `what` and its arguments,
+ * formatted only then). */
+clattn_status clattn__loop_units(clattn_context *ctx, long budget, long fixed, long per_unit,
+                                 size_t count, size_t *units, const char *what, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 7, 8)))
+#endif
+    ;
 /* The smallest budget under which every call of matmul=gpu, attention=gpu with t's parameters
  * still runs (matmul.c, flash.c), and softmax=gpu a row of one key (softmax.c; longer rows may
  * be refused): tuning.c refuses LOOPS below it. */

@@ -156,17 +156,13 @@ static clattn_status k_slice(clattn_context *ctx, const clattn_tuning *t, int TS
                              int TSK, int WPTM, int WPTN, int K, int *kc)
 {
     clattn_status st = CLATTN_SUCCESS;
-    long budget = clattn__loop_budget(ctx, t), fixed, per_step;
+    long fixed, per_step;
+    size_t steps, nsteps = clattn__div_up((size_t)K, (size_t)TSK);
     tiled_loops(TSM, TSN, TSK, WPTM, WPTN, &fixed, &per_step);
-    *kc = K;
-    if (!budget)
-        return st;
-    long steps = (budget - fixed) / per_step;
-    CHECK(ctx, steps >= 1, CLATTN_ERROR_UNSUPPORTED,
-          "matmul=gpu: one TSK=%d step of a TSM=%d TSN=%d tile needs %ld loop iterations per "
-          "work-item, over the loop budget %ld", TSK, TSM, TSN, fixed + per_step, budget);
-    if ((size_t)steps < clattn__div_up((size_t)K, (size_t)TSK))
-        *kc = (int)steps * TSK;
+    CHECK_ST(clattn__loop_units(ctx, clattn__loop_budget(ctx, t), fixed, per_step, nsteps, &steps,
+                                "matmul=gpu: a TSK=%d step of a TSM=%d TSN=%d tile", TSK, TSM,
+                                TSN));
+    *kc = steps < nsteps ? (int)steps * TSK : K;
 fail:
     return st;
 }
@@ -233,14 +229,10 @@ static clattn_status enqueue_tiled(clattn_context *ctx, const clattn_tuning *tun
      * Otherwise the first applies beta and the bias and the others add alpha times theirs. */
     for (int k0 = 0; k0 < K; k0 += kc) {
         int kn = K - k0 < kc ? K - k0 : kc, first = k0 == 0, last = k0 + kn == K;
-        int ao = a_off + k0 * a.s_col, bo = b_off + k0 * b.s_row, slice = 0;
-        float bt = first ? beta : 1.0f;
-        cl_mem bb = first ? bias_buf : NULL;
-        if (beta == 0.0f) {
-            slice = (first ? 0 : SLICE_RESUME) | (last ? 0 : SLICE_RAW);
-            bt = 0.0f;
-            bb = last ? bias_buf : NULL;
-        }
+        int ao = a_off + k0 * a.s_col, bo = b_off + k0 * b.s_row, raw = beta == 0.0f;
+        int slice = raw ? (first ? 0 : SLICE_RESUME) | (last ? 0 : SLICE_RAW) : 0;
+        float bt = raw || first ? beta : 1.0f;
+        cl_mem bb = (raw ? last : first) ? bias_buf : NULL;
         CHECK_ST(clattn__set_args(ctx, k, "matmul_tiled", ARG(A->buf), ARG(ao),
                                   ARG(a.batch_stride), ARG(a.s_row), ARG(a.s_col), ARG(a_vec),
                                   ARG(B->buf), ARG(bo), ARG(b.batch_stride), ARG(b.s_row),

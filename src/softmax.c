@@ -48,14 +48,9 @@ long clattn__softmax_gpu_min_loops(const clattn_tuning *t)
 /* The rows are not split over launches: a row whose passes exceed the loop budget is refused. */
 static clattn_status check_loops(clattn_context *ctx, const clattn_tuning *t, int K, int WG)
 {
-    clattn_status st = CLATTN_SUCCESS;
-    long budget = clattn__loop_budget(ctx, t), need = wg_loops(K, WG);
-    CHECK(ctx, !budget || need <= budget, CLATTN_ERROR_UNSUPPORTED,
-          "masked_softmax: rows of %d keys need %ld loop iterations per work-item (softmax=gpu, "
-          "WG=%d), over the loop budget %ld of this device (README, OpenCL implementations)", K,
-          need, WG, budget);
-fail:
-    return st;
+    size_t one;
+    return clattn__loop_units(ctx, clattn__loop_budget(ctx, t), 0, wg_loops(K, WG), 1, &one,
+                              "masked_softmax: a row of %d keys (softmax=gpu, WG=%d)", K, WG);
 }
 
 clattn_status clattn__enqueue_softmax(clattn_context *ctx, const clattn_tuning *tune,

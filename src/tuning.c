@@ -582,6 +582,24 @@ long clattn__loop_budget(const clattn_context *ctx, const clattn_tuning *t)
     return loops > 0 ? loops : ctx->loop_limit;
 }
 
+clattn_status clattn__loop_units(clattn_context *ctx, long budget, long fixed, long per_unit,
+                                 size_t count, size_t *units, const char *what, ...)
+{
+    long fit = budget ? (budget - fixed) / per_unit : 0;
+    *units = budget && (size_t)fit < count ? (size_t)fit : count;
+    if (!budget || fit >= 1)
+        return CLATTN_SUCCESS;
+    char unit[160];
+    va_list ap;
+    va_start(ap, what);
+    vsnprintf(unit, sizeof unit, what, ap);
+    va_end(ap);
+    return clattn__fail(ctx, CLATTN_ERROR_UNSUPPORTED,
+                        "%s needs %ld loop iterations per work-item, over the loop budget %ld of "
+                        "this device (README, OpenCL implementations)", unit, fixed + per_unit,
+                        budget);
+}
+
 int clattn__tune_int(const clattn_tuning *t, const char *name, int fallback)
 {
     for (int i = 0; i < t->nparams; i++)
