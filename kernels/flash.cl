@@ -30,9 +30,11 @@
  *   after another and need no padding (rows 2 KiB apart, as in multi-head attention, share so few
  *   L1 sets that copying them together is faster). A work-item owns QG groups of QR <= 16
  *   consecutive query rows; for each key block it takes its groups in turn while the block's K and
- *   V panels stay in L1, keeping one group's scores (QR x KB) and outputs (QR x DVP) in registers
- *   (the unroll pragmas matter: without them PoCL keeps those arrays on the stack, twice as slow)
- *   and the other groups' running max, sums and outputs in private memory. Products use fma(): PoCL
+ *   V panels stay in L1, keeping one group's scores (QR x KB) in registers, then its outputs VC
+ *   columns at a time (QR x VC, for all KB keys of the block: a device with 16 vector registers
+ *   spills QR x DVP accumulators, 1.5x slower on AVX2), and the other groups' running max, sums
+ *   and outputs in private memory (the unroll pragmas matter: without them PoCL keeps the
+ *   register tiles on the stack, twice as slow). The column passes change no rounding. Products use fma(): PoCL
  *   compiles mad() to a separate multiply and add. Probabilities use exp2_neg16 below.
  * - GPU shape (flash_gpu): a work-group of BQ items owns BQ query rows; K and V tiles of BK keys are
  *   staged in local memory by the whole group (coalesced), each item keeps its row of q and of the
@@ -61,11 +63,25 @@
 #ifndef BK
 #define BK 16
 #endif
-#if KB % 16 != 0 || DVP % 16 != 0
-#error "KB and DVP must be multiples of 16"
+#ifndef VC
+#define VC 64
+#endif
+#if KB % 16 != 0 || DVP % 16 != 0 || VC % 16 != 0 || VC < 16
+#error "KB, DVP and VC must be multiples of 16"
 #endif
 #define NKV (KB / 16)
 #define NVD (DVP / 16)
+/* 16-column vectors per P V pass in flash_cpu: the most that divides NVD and is at most VC / 16
+ * (checked for 1, 2 and VC / 16, which covers the power-of-two VC the host passes) */
+#if VC / 16 >= NVD
+#define NVC NVD
+#elif NVD % (VC / 16) == 0
+#define NVC (VC / 16)
+#elif NVD % 2 == 0
+#define NVC 2
+#else
+#define NVC 1
+#endif
 #define LANES16 (int16)(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15)
 /* exp(fill - m) is exactly 0 in float32 once m - fill exceeds this */
 #define NEGLIGIBLE 120.0f
@@ -355,43 +371,46 @@ __kernel void flash_cpu(__global const float *Q, int4 ql, __global const float *
                         pb[r][j] = drop16(pb[r][j], ((ulong)bb * nq + grow[gi][r]) * nk + kbase +
                                           16 * j, seed, offset, threshold, dscale);
             }
-            float16 acc[QR][NVD];
             if (grew) {
                 CORR_EXP(cd);
                 #pragma unroll
-                for (int r = 0; r < QR; r++) {
+                for (int r = 0; r < QR; r++)
                     gl[gi][r] = fma(gl[gi][r], (float16)(cd[r]), ps[r]);
-                    #pragma unroll
-                    for (int c = 0; c < NVD; c++)
-                        acc[r][c] = gacc[gi][r][c] * (float16)(cd[r]);
-                }
-            } else { /* every correction would be 2^0 = 1 */
+            } else { /* every correction is 2^0 = 1: skip the exponentials */
                 #pragma unroll
                 for (int r = 0; r < QR; r++) {
                     gl[gi][r] += ps[r];
-                    #pragma unroll
-                    for (int c = 0; c < NVD; c++)
-                        acc[r][c] = gacc[gi][r][c];
+                    cd[r] = 1.0f;
                 }
             }
-            for (int k = 0; k < KB; k++) {
-                float16 vv[NVD];
+            /* NVC output vectors of QR rows at a time stay in registers over the block's keys */
+            #pragma unroll 1
+            for (int c0 = 0; c0 < NVD; c0 += NVC) {
+                float16 acc[QR][NVC];
                 #pragma unroll
-                for (int c = 0; c < NVD; c++)
-                    vv[c] = vload16(c, vb + k * vl.w);
-                #pragma unroll
-                for (int r = 0; r < QR; r++) {
-                    float16 pv = (float16)(((const float *)pb[r])[k]);
+                for (int r = 0; r < QR; r++)
                     #pragma unroll
-                    for (int c = 0; c < NVD; c++)
-                        acc[r][c] = fma(pv, vv[c], acc[r][c]);
+                    for (int c = 0; c < NVC; c++)
+                        acc[r][c] = gacc[gi][r][c0 + c] * (float16)(cd[r]);
+                for (int k = 0; k < KB; k++) {
+                    float16 vv[NVC];
+                    #pragma unroll
+                    for (int c = 0; c < NVC; c++)
+                        vv[c] = vload16(c0 + c, vb + k * vl.w);
+                    #pragma unroll
+                    for (int r = 0; r < QR; r++) {
+                        float16 pv = (float16)(((const float *)pb[r])[k]);
+                        #pragma unroll
+                        for (int c = 0; c < NVC; c++)
+                            acc[r][c] = fma(pv, vv[c], acc[r][c]);
+                    }
                 }
-            }
-            #pragma unroll
-            for (int r = 0; r < QR; r++)
                 #pragma unroll
-                for (int c = 0; c < NVD; c++)
-                    gacc[gi][r][c] = acc[r][c];
+                for (int r = 0; r < QR; r++)
+                    #pragma unroll
+                    for (int c = 0; c < NVC; c++)
+                        gacc[gi][r][c0 + c] = acc[r][c];
+            }
         }
         if (!any)
             break;

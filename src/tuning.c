@@ -251,7 +251,7 @@ static const param_range softmax_gpu_ranges[] = {{"WG", 1, 1024, POW2}, LOOPS_RA
 /* Keys are handled 16 at a time and the row corrections live in one float16 (QR <= 16). */
 static const param_range attention_cpu_ranges[] = {
     {"QR", 1, 16, ANY}, {"KB", 16, 256, MUL16}, {"WG", 1, 256, ANY}, {"QG", 1, 64, ANY},
-    {NULL, 0, 0, 0}};
+    {"VC", 16, 256, POW2}, {NULL, 0, 0, 0}};
 static const param_range attention_gpu_ranges[] = {
     {"BQ", 1, 1024, ANY}, {"BK", 1, 256, ANY}, LOOPS_RANGE, {NULL, 0, 0, 0}};
 static const param_range no_ranges[] = {{NULL, 0, 0, 0}};
@@ -273,8 +273,12 @@ static const variant_def variants[] = {
     /* GPU shape: one work-group per row, tree reductions in local memory. */
     {"softmax", "gpu", "WG=128", softmax_gpu_ranges, softmax_gpu_check, softmax_gpu_fit},
     /* CPU shape: fused, QR query rows x KB keys in vector registers, K and V packed per block,
-     * QG row groups per work-item sharing each block in L1, WG items of one batch per work-group. */
-    {"attention", "cpu", "QR=5:KB=64:WG=8:QG=2", attention_cpu_ranges, attention_cpu_check, NULL},
+     * QG row groups per work-item sharing each block in L1, WG items of one batch per work-group,
+     * P V taken VC output columns at a time. The defaults suit AVX-512's 32 registers: 5 x 64
+     * outputs (20 accumulators) per pass, all of a head of 64 at once; wider heads take passes
+     * rather than spill. */
+    {"attention", "cpu", "QR=5:KB=64:WG=8:QG=2:VC=64", attention_cpu_ranges, attention_cpu_check,
+     NULL},
     /* GPU shape: fused, a work-group of BQ rows shares BK-key tiles of K and V in local memory. */
     {"attention", "gpu", "BQ=64:BK=16", attention_gpu_ranges, attention_gpu_check,
      attention_gpu_fit},
@@ -296,9 +300,10 @@ typedef struct {
  * than 12 x 32 on PoCL, 10-25% faster than the AVX2 tile on Intel's runtime at n = 2048. */
 #define AVX512_MATMUL "TM=6:TN=64:VN=16"
 /* CPUs with narrower vectors (AVX2: a float16 is two of its 16 registers): QR=6 rows of 16-key
- * blocks, measured on an AVX2 EPYC at H16 d64 N 512-2048 (BENCHMARKS.md) 1.17-1.32x the QR=5,
- * KB=64 tile (which spills there) on PoCL and 1.12-1.34x on Intel's CPU runtime. */
-#define AVX2_ATTENTION "QR=6:KB=16"
+ * blocks, the P V product 16 output columns at a time (VC=16: 6 x 16 accumulators, the AVX2 GEMM
+ * micro-tile), measured on an AVX2 EPYC at H16 d64 N 1024 (BENCHMARKS.md) 1.5x the same tile with
+ * every output column in registers (VC=256, which spills there) and 1.3x QR=5, KB=64, VC=16. */
+#define AVX2_ATTENTION "QR=6:KB=16:VC=16"
 
 /* Mesa's llvmpipe (rusticl) compiles work-groups SIMD across work-items, as a GPU does, and ends
  * a work-item's loops after 65535 iterations in all (see loop_limited): the GPU shapes. */
