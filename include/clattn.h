@@ -224,7 +224,10 @@ typedef struct {
 
 /* out = dropout(masked_softmax(Q K^T * scale)) V for Q (.., Q, d), K (.., K, d), V (.., K, dv),
  * out (.., Q, dv), the same 0-2 leading batch dims on all. weights (.., Q, K) or NULL; when NULL
- * the fused kernel may run, which never materialises the scores. opts may be NULL. */
+ * the fused kernel may run, which never materialises the scores. opts may be NULL.
+ * Grouped-query (and multi-query) attention: 4-D Q (B, Hq, Q, d) with K (B, Hkv, K, d) and V
+ * (B, Hkv, K, dv) where Hkv divides Hq; query head h reads K/V head h / (Hq / Hkv) (PyTorch's
+ * enable_gqa), with no copy of K or V. out, weights and the mask are (B, Hq, ...). */
 CLATTN_API clattn_status clattn_dot_product_attention(clattn_context *ctx, const clattn_tensor *Q,
                                                       const clattn_tensor *K,
                                                       const clattn_tensor *V,
@@ -248,13 +251,17 @@ CLATTN_API clattn_status clattn_additive_attention(clattn_context *ctx,
                                                    const clattn_tensor *out,
                                                    const clattn_tensor *weights);
 
-/* d2l's MultiHeadAttention, PyTorch layout: W_q (hidden, q_size), W_k (hidden, k_size), W_v
- * (hidden, v_size), W_o (out_size, hidden); biases (hidden) / (out_size) or NULL (d2l: bias=False).
- * num_heads divides hidden. */
+/* d2l's MultiHeadAttention, PyTorch layout: W_q (hidden, q_size), W_k (kv_hidden, k_size), W_v
+ * (kv_hidden, v_size), W_o (out_size, hidden); biases (hidden), (kv_hidden), (kv_hidden),
+ * (out_size) or NULL (d2l: bias=False). num_heads divides hidden; head size dh = hidden /
+ * num_heads. num_kv_heads: grouped-query (or multi-query, 1) attention, 0 = num_heads: it divides
+ * num_heads, kv_hidden = num_kv_heads x dh, and query head h attends with K/V head
+ * h / (num_heads / num_kv_heads), as PyTorch's enable_gqa. */
 typedef struct {
     int num_heads;
     const clattn_tensor *W_q, *W_k, *W_v, *W_o;
     const clattn_tensor *b_q, *b_k, *b_v, *b_o;
+    int num_kv_heads;
 } clattn_mha_weights;
 
 /* queries (B, Q, q_size), keys (B, K, k_size), values (B, K, v_size) -> out (B, Q, out_size);

@@ -6,6 +6,10 @@
  * each operand's int4 layout l = (offset, s0, s1, row stride) puts row `row` of batch bb at element
  * l.x + d0 * l.y + d1 * l.z + row * l.w, so contiguous tensors and multi-head attention's
  * projections (B, T, H * dh), read in place per head, take the same kernels.
+ * Grouped-query attention: G query heads share one head of K and V, so K and V hold D0 x (D1 / G)
+ * batches and query batch (d0, d1) reads K/V batch (d0, d1 / G), kb = d0 * (D1 / G) + d1 / G in
+ * their own layouts and in the packed panels and value sums, which the pack kernels build once
+ * per K/V batch (their D1 is D1 / G). G = 1 is ordinary attention.
  *
  * Numerics, the same in both variants and the same as the unfused path:
  * - Each score is rounded exactly as the unfused path's scale * (Q K^T), then blocked keys get
@@ -38,7 +42,7 @@
  *   compiles mad() to a separate multiply and add. Probabilities use exp2_neg16 below.
  * - GPU shape (flash_gpu): a work-group of BQ items owns BQ query rows; K and V tiles of BK keys are
  *   staged in local memory by the whole group (coalesced), each item keeps its row of q and of the
- *   output in private memory. vt: flash_vtail's sums with G = BK, or NULL when no row can skip
+ *   output in private memory. vt: flash_vtail's sums with BKS = BK, or NULL when no row can skip
  *   keys. */
 #include "common.cl"
 
@@ -87,8 +91,8 @@
 #define NEGLIGIBLE 120.0f
 
 #define FLASH_MASK_PARAMS                                                                        \
-    int D1, __global const int *lens, int lens_off, int lens_mode, __global const int *mask,    \
-        int mask_off, int4 ms, int causal, float fill
+    int D1, int G, __global const int *lens, int lens_off, int lens_mode,                       \
+        __global const int *mask, int mask_off, int4 ms, int causal, float fill
 #define FLASH_DROP_PARAMS int drop, uint2 seed, uint2 offset, uint threshold, float dscale
 
 /* element (row, 0) of batch bb in an operand with layout l (see the top of the file) */
@@ -120,24 +124,24 @@ __kernel void flash_pack_v(__global const float *V, int4 vl, int D1, int nk, int
         dst[c] = (k < nk && c < dv) ? src[c] : 0.0f;
 }
 
-/* vt[bb][blk][c] = sum over keys k >= blk * G of 0 * V[bb][k][c] (IEEE: 0 for finite values, NaN
+/* vt[bb][blk][c] = sum over keys k >= blk * BKS of 0 * V[bb][k][c] (IEEE: 0 for finite values, NaN
  * once a column holds a NaN or an infinity), for c < DVP (0 past dv). A row that skips the keys
- * from blk * G on adds vt[bb][blk] to its outputs, as weights @ V would with their zero weights.
+ * from blk * BKS on adds vt[bb][blk] to its outputs, as weights @ V would with their zero weights.
  * One work-item per 16 columns of one batch, walking keys [k_lo, k_hi) backwards (k_hi nk or a
- * multiple of G; the host runs the ranges from the last one down). The test for a NaN or an
+ * multiple of BKS; the host runs the ranges from the last one down). The test for a NaN or an
  * infinity is on the exponent bits, not 0 * v: Mesa's llvmpipe folds a product with a constant 0
  * to 0, which IEEE arithmetic does not allow. */
-__kernel void flash_vtail(__global const float *V, int4 vl, int D1, int nk, int dv, int G,
+__kernel void flash_vtail(__global const float *V, int4 vl, int D1, int nk, int dv, int BKS,
                           int nblk, __global float *vt, int vt_off, int k_lo, int k_hi)
 {
     int c0 = 16 * get_global_id(0), bb = get_global_id(1);
     const int16 expo = (int16)(0x7f800000);
     __global float *out = vt + vt_off + (size_t)bb * nblk * DVP + c0;
     /* lanes -1 once their column held a NaN or an infinity, at keys from k_hi on: the launch for
-     * those keys (see flash.c) left its sums at block k_hi / G */
+     * those keys (see flash.c) left its sums at block k_hi / BKS */
     int16 nonfinite = (int16)(0);
     if (k_hi < nk)
-        nonfinite = as_int16(vload16(0, out + (size_t)(k_hi / G) * DVP)) != (int16)(0);
+        nonfinite = as_int16(vload16(0, out + (size_t)(k_hi / BKS) * DVP)) != (int16)(0);
     for (int k = k_hi - 1; k >= k_lo; k--) {
         __global const float *src = V + flash_at(vl, D1, bb, k) + c0;
         if (c0 + 16 <= dv) {
@@ -148,9 +152,9 @@ __kernel void flash_vtail(__global const float *V, int4 vl, int D1, int nk, int 
                 t[i] = c0 + i < dv ? as_int(src[i]) : 0;
             nonfinite |= (vload16(0, t) & expo) == expo;
         }
-        if (k % G == 0)
+        if (k % BKS == 0)
             vstore16(select((float16)(0.0f), as_float16((int16)(0x7fc00000)), nonfinite), 0,
-                     out + (size_t)(k / G) * DVP);
+                     out + (size_t)(k / BKS) * DVP);
     }
 }
 
@@ -238,7 +242,8 @@ static inline float16 exp2_neg16(float16 x)
 
 /* kt: packed K; V rows (zero-padded to DVP columns and to nblk * KB keys) with layout vl, packed
  * by flash_pack_v or, when they need no padding, the caller's V itself; vt: flash_vtail's sums
- * with G = KB, or NULL when no row can skip keys (no lengths, not causal). */
+ * with BKS = KB, or NULL when no row can skip keys (no lengths, not causal); all three per K/V
+ * batch. */
 __kernel void flash_cpu(__global const float *Q, int4 ql, __global const float *kt,
                         __global const float *V, int4 vl, __global const float *vt,
                         int vt_off, __global float *O, int4 ol, int nq, int nk, int d, int dv,
@@ -247,7 +252,7 @@ __kernel void flash_cpu(__global const float *Q, int4 ql, __global const float *
     int item = get_global_id(0), bb = get_global_id(1);
     if (item * QG * QR >= nq)
         return; /* padding of the global size: every row is past nq */
-    int d0 = bb / D1, d1 = bb % D1;
+    int d0 = bb / D1, d1 = bb % D1, kb = d0 * (D1 / G) + d1 / G; /* kb: the K/V batch */
     const float negligible = fill + NEGLIGIBLE;
     /* state of the QG row groups, kept in memory between key blocks; a group is done once it
      * skips the rest of the keys */
@@ -274,8 +279,8 @@ __kernel void flash_cpu(__global const float *Q, int4 ql, __global const float *
     }
     for (int blk = 0; blk < nblk; blk++) {
         int kbase = blk * KB, any = 0;
-        __global const float *ktb = kt + (size_t)(bb * nblk + blk) * d * KB;
-        __global const float *vb = V + flash_at(vl, D1, bb, kbase);
+        __global const float *ktb = kt + (size_t)(kb * nblk + blk) * d * KB;
+        __global const float *vb = V + flash_at(vl, D1 / G, kb, kbase);
         #pragma unroll 1
         for (int gi = 0; gi < QG; gi++) {
             if ((item * QG + gi) * QR >= nq)
@@ -294,7 +299,7 @@ __kernel void flash_cpu(__global const float *Q, int4 ql, __global const float *
                 gdone[gi] = 1;
                 #pragma unroll
                 for (int c = 0; c < NVD && vt; c++) {
-                    float16 z = vload16(c, vt + vt_off + (size_t)(bb * nblk + blk) * DVP);
+                    float16 z = vload16(c, vt + vt_off + (size_t)(kb * nblk + blk) * DVP);
                     #pragma unroll
                     for (int r = 0; r < QR; r++)
                         gacc[gi][r][c] += z;
@@ -459,7 +464,7 @@ void flash_gpu(__global const float *Q, int4 ql, __global const float *K, int4 k
                                     for a private one and warns that the others read it unset */
     int t = get_local_id(0), bb = get_group_id(1);
     int row = get_group_id(0) * BQ + t, rowc = min(row, nq - 1);
-    int d0 = bb / D1, d1 = bb % D1;
+    int d0 = bb / D1, d1 = bb % D1, kb = d0 * (D1 / G) + d1 / G; /* kb: the K/V batch */
     int limit = clattn_row_limit(d0, rowc, nk, lens, lens_off, lens_mode, nq, causal);
     __global const int *mrow = clattn_mask_row(mask, mask_off, ms, d0, d1, rowc);
     __global float *orow = O + flash_at(ol, D1, bb, rowc);
@@ -496,11 +501,13 @@ void flash_gpu(__global const float *Q, int4 ql, __global const float *K, int4 k
         }
         for (int i = t; i < BK * DP; i += BQ) {
             int k = i / DP, e = i % DP;
-            Ks[k][e] = (kbase + k < nk && e < d) ? K[flash_at(kl, D1, bb, kbase + k) + e] : 0.0f;
+            Ks[k][e] = (kbase + k < nk && e < d) ? K[flash_at(kl, D1 / G, kb, kbase + k) + e]
+                                                 : 0.0f;
         }
         for (int i = t; i < BK * DVP; i += BQ) {
             int k = i / DVP, c = i % DVP;
-            Vs[k][c] = (kbase + k < nk && c < dv) ? V[flash_at(vl, D1, bb, kbase + k) + c] : 0.0f;
+            Vs[k][c] = (kbase + k < nk && c < dv) ? V[flash_at(vl, D1 / G, kb, kbase + k) + c]
+                                                  : 0.0f;
         }
         barrier(CLK_LOCAL_MEM_FENCE);
         float s[BK], bm = -INFINITY;
@@ -541,7 +548,7 @@ void flash_gpu(__global const float *Q, int4 ql, __global const float *K, int4 k
         return;
     }
     float inv = 1.0f / l;
-    __global const float *z = vt && stop >= 0 ? vt + vt_off + ((size_t)bb * nblk + stop) * DVP : 0;
+    __global const float *z = vt && stop >= 0 ? vt + vt_off + ((size_t)kb * nblk + stop) * DVP : 0;
     for (int c = 0; c < dv; c++)
         orow[c] = (z ? acc[c] + z[c] : acc[c]) * inv;
 }

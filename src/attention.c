@@ -47,6 +47,18 @@ static clattn_tensor shaped(cl_mem buf, size_t off, const clattn_tensor *like, s
     return t;
 }
 
+/* A contiguous 4-D (B, H, rows, cols) tensor seen as (B, H / G, G * rows, cols): the G heads
+ * that share one K/V head become one batch of G * rows rows (the same memory). */
+static clattn_tensor grouped(const clattn_tensor *t, size_t G)
+{
+    clattn_tensor g = *t;
+    if (G > 1) {
+        g.dims[1] /= G;
+        g.dims[2] *= G;
+    }
+    return g;
+}
+
 clattn_status clattn__attention_core(clattn_context *ctx, const clattn_tensor *Q,
                                      const clattn_tensor *K, const clattn_tensor *V,
                                      const clattn_mask_args *mask,
@@ -57,14 +69,16 @@ clattn_status clattn__attention_core(clattn_context *ctx, const clattn_tensor *Q
     clattn_tuning tune, att;
     cl_mem buf = NULL;
     size_t nq = Q->dims[Q->ndim - 2], nk = K->dims[K->ndim - 2];
+    size_t G = Q->ndim == 4 ? Q->dims[1] / K->dims[1] : 1; /* query heads per K/V head */
     CHECK_ST(clattn__tune(ctx, "attention", &att));
     int d = (int)Q->dims[Q->ndim - 1], dv = (int)V->dims[V->ndim - 1];
     if (!weights && clattn__flash_supports(&att, (size_t)d, (size_t)dv)) {
         clattn_flash_operand fq = clattn__flash_operand(Q, mask->D1);
-        clattn_flash_operand fk = clattn__flash_operand(K, mask->D1);
-        clattn_flash_operand fv = clattn__flash_operand(V, mask->D1);
+        clattn_flash_operand fk = clattn__flash_operand(K, mask->D1 / (int)G);
+        clattn_flash_operand fv = clattn__flash_operand(V, mask->D1 / (int)G);
         clattn_flash_operand fo = clattn__flash_operand(out, mask->D1);
-        return clattn__enqueue_flash(ctx, &att, &fq, &fk, &fv, &fo, d, dv, mask, dropout, scale);
+        return clattn__enqueue_flash(ctx, &att, &fq, &fk, &fv, &fo, (int)G, d, dv, mask, dropout,
+                                     scale);
     }
     size_t n = clattn__batch_count(Q, 2) * nq * nk;
     int drop = clattn__dropout_active(dropout);
@@ -75,17 +89,33 @@ clattn_status clattn__attention_core(clattn_context *ctx, const clattn_tensor *Q
         CHECK_ST(clattn__scratch(ctx, CLATTN_SCRATCH_ATTN, need * 4, &buf));
     clattn_tensor S = weights ? *weights : shaped(buf, 0, Q, nq, nk);
     clattn_tensor P = drop ? shaped(buf, weights ? 0 : n, Q, nq, nk) : S;
+    /* grouped query heads: each K/V head's G query heads are one batch of G * nq rows, so
+     * Q K^T and P V are plain batched GEMMs over the K/V heads, no copy of K or V */
+    clattn_tensor Qg = grouped(Q, G), Sg = grouped(&S, G), Pg = grouped(&P, G);
+    clattn_tensor Og = grouped(out, G);
     CHECK_ST(clattn__tune(ctx, "softmax", &tune));
-    CHECK_ST(clattn__enqueue_matmul(ctx, Q, 0, K, 1, scale, 0.0f, NULL, &S));
+    CHECK_ST(clattn__enqueue_matmul(ctx, &Qg, 0, K, 1, scale, 0.0f, NULL, &Sg));
     CHECK_ST(clattn__enqueue_softmax(ctx, &tune, &S, mask, &S));
     if (drop)
         CHECK_ST(clattn__enqueue_dropout(ctx, S.buf, S.offset, P.buf, P.offset, n, 0, dropout));
-    CHECK_ST(clattn__enqueue_matmul(ctx, &P, 0, V, 0, 1.0f, 0.0f, NULL, out));
+    CHECK_ST(clattn__enqueue_matmul(ctx, &Pg, 0, V, 0, 1.0f, 0.0f, NULL, &Og));
 fail:
     return st;
 }
 
-/* Q (.., Q, d), K (.., K, d), V (.., K, dv), out (.., Q, dv), weights (.., Q, K): same leading dims. */
+/* 1 when t has Q's leading dims, or (K and V of 4-D Q) Q's batch and a head count dividing Q's */
+static int leading_ok(const clattn_tensor *t, const clattn_tensor *Q, int kv)
+{
+    if (t->ndim != Q->ndim)
+        return 0;
+    if (kv && Q->ndim == 4)
+        return t->dims[0] == Q->dims[0] && t->dims[1] > 0 && Q->dims[1] % t->dims[1] == 0;
+    return memcmp(t->dims, Q->dims, sizeof(size_t) * (size_t)(Q->ndim - 2)) == 0;
+}
+
+/* Q (.., Q, d), K (.., K, d), V (.., K, dv), out (.., Q, dv), weights (.., Q, K): same leading
+ * dims, except that 4-D K and V (B, Hkv, K, .) may have fewer heads than Q (B, Hq, Q, d) when
+ * Hkv divides Hq (grouped-query attention). */
 static clattn_status check_qkv(clattn_context *ctx, const clattn_tensor *Q, const clattn_tensor *K,
                                const clattn_tensor *V, const clattn_tensor *out,
                                const clattn_tensor *weights)
@@ -99,12 +129,14 @@ static clattn_status check_qkv(clattn_context *ctx, const clattn_tensor *Q, cons
         if (i == 3 && !weights)
             break;
         CHECK_ST(clattn__check_tensor(ctx, all[i], names[i], CLATTN_FLOAT32, 2, 4));
-        CHECK(ctx, all[i]->ndim == Q->ndim &&
-                       memcmp(all[i]->dims, Q->dims, sizeof(size_t) * (Q->ndim - 2)) == 0,
-              CLATTN_ERROR_SHAPE_MISMATCH, "%s: shape %s, expected Q's leading dims %s", names[i],
-              clattn__shape_str(all[i], s1, sizeof s1), clattn__shape_str(Q, s2, sizeof s2));
+        CHECK(ctx, leading_ok(all[i], Q, i < 2), CLATTN_ERROR_SHAPE_MISMATCH,
+              "%s: shape %s, expected Q's leading dims %s%s", names[i],
+              clattn__shape_str(all[i], s1, sizeof s1), clattn__shape_str(Q, s2, sizeof s2),
+              i < 2 && Q->ndim == 4 ? " (or Q's batch and a number of heads dividing Q's)" : "");
     }
     int r = Q->ndim;
+    CHECK(ctx, r < 4 || V->dims[1] == K->dims[1], CLATTN_ERROR_SHAPE_MISMATCH,
+          "V: %zu heads, expected K's %zu", V->dims[1], K->dims[1]);
     size_t nq = Q->dims[r - 2], d = Q->dims[r - 1], nk = K->dims[r - 2], dv = V->dims[r - 1];
     CHECK(ctx, K->dims[r - 1] == d, CLATTN_ERROR_SHAPE_MISMATCH,
           "K: feature size %zu differs from Q's %zu", K->dims[r - 1], d);

@@ -28,11 +28,13 @@ clattn_flash_operand clattn__flash_strided(cl_mem buf, size_t off, size_t s0, si
                                            size_t rs);
 /* A contiguous (..., rows, cols) tensor whose batches split as (D0, D1). */
 clattn_flash_operand clattn__flash_operand(const clattn_tensor *t, int D1);
-/* out = attention of Q (nq, d), K (nk, d), V (nk, dv) per batch; nq, nk and the batches are m's. */
+/* out = attention of Q (nq, d), K (nk, d), V (nk, dv) per batch; nq, nk and the batches are m's:
+ * Q and out have m's (D0, D1) batches, K and V (D0, D1 / G), G query heads sharing each of their
+ * heads (grouped-query attention; G = 1 is plain). */
 clattn_status clattn__enqueue_flash(clattn_context *ctx, const clattn_tuning *tune,
                                     const clattn_flash_operand *Q, const clattn_flash_operand *K,
                                     const clattn_flash_operand *V, const clattn_flash_operand *out,
-                                    int d, int dv, const clattn_mask_args *m,
+                                    int G, int d, int dv, const clattn_mask_args *m,
                                     const clattn_dropout_params *dropout, float scale);
 
 /* heads.c: (B, T, H, dh) <-> (B, H, T, dh) between two buffers. */

@@ -30,6 +30,9 @@ int clattn__flash_supports(const clattn_tuning *tune, size_t d, size_t dv)
 /* Everything both variants take after the tensors, in kernel argument order. */
 typedef struct {
     int nq, nk, d, dv;
+    cl_int G;  /* query heads per K/V head */
+    int D1kv;  /* the K/V operands' batches are (D0, D1kv), D1kv = D1 / G */
+    size_t nbkv; /* D0 * D1kv */
     float scale;
     cl_int drop;
     cl_uint2 seed, offset;
@@ -37,7 +40,7 @@ typedef struct {
     float dscale;
 } flash_args;
 
-static flash_args make_args(const clattn_mask_args *m, int d, int dv, float scale,
+static flash_args make_args(const clattn_mask_args *m, int G, int d, int dv, float scale,
                             const clattn_dropout_params *p)
 {
     flash_args a;
@@ -46,6 +49,9 @@ static flash_args make_args(const clattn_mask_args *m, int d, int dv, float scal
     a.nk = m->K;
     a.d = d;
     a.dv = dv;
+    a.G = G;
+    a.D1kv = m->D1 / G;
+    a.nbkv = (size_t)m->D0 * (size_t)a.D1kv;
     a.scale = scale;
     a.drop = clattn__dropout_active(p);
     if (a.drop) {
@@ -64,10 +70,10 @@ static clattn_status set_tail(clattn_context *ctx, cl_kernel k, cl_uint first,
                               const clattn_mask_args *m, const flash_args *a)
 {
     clattn_status st = CLATTN_SUCCESS;
-    const void *ptr[] = {&m->D1, &m->lens, &m->lens_off, &m->lens_mode, &m->mask, &m->mask_off,
+    const void *ptr[] = {&m->D1, &a->G, &m->lens, &m->lens_off, &m->lens_mode, &m->mask, &m->mask_off,
                          &m->ms, &m->causal, &m->fill, &a->drop, &a->seed, &a->offset,
                          &a->threshold, &a->dscale};
-    const size_t size[] = {sizeof m->D1, sizeof m->lens, sizeof m->lens_off, sizeof m->lens_mode,
+    const size_t size[] = {sizeof m->D1, sizeof a->G, sizeof m->lens, sizeof m->lens_off, sizeof m->lens_mode,
                            sizeof m->mask, sizeof m->mask_off, sizeof m->ms, sizeof m->causal,
                            sizeof m->fill, sizeof a->drop, sizeof a->seed, sizeof a->offset,
                            sizeof a->threshold, sizeof a->dscale};
@@ -109,27 +115,29 @@ static long vtail_loops_per_key(int dv)
     return 1 + (dv % 16 ? 17 : 0);
 }
 
-/* vt (nb, nblk, dvp) at element vt_off of buf from the value rows of V, in blocks of G keys: one
- * launch, or under a loop budget key ranges of whole blocks from the last one down. */
+/* vt (nbkv, nblk, dvp) at element vt_off of buf from the value rows of V (batches (D0, D1kv)),
+ * in blocks of bks keys: one launch, or under a loop budget key ranges of whole blocks from the
+ * last one down. */
 static clattn_status enqueue_vtail(clattn_context *ctx, const char *defines,
-                                   const clattn_flash_operand *V, const clattn_mask_args *m,
-                                   int nk, int dv, int G, int nblk, int dvp, cl_mem buf,
-                                   size_t vt_off, long budget)
+                                   const clattn_flash_operand *V, const flash_args *a, int dv,
+                                   int bks, int nblk, int dvp, cl_mem buf, size_t vt_off,
+                                   long budget)
 {
     clattn_status st = CLATTN_SUCCESS;
     cl_kernel k;
     int off = (int)vt_off;
     size_t blocks;
-    CHECK_ST(clattn__loop_units(ctx, budget, VTAIL_FIXED, vtail_loops_per_key(dv) * G,
+    int nk = a->nk;
+    CHECK_ST(clattn__loop_units(ctx, budget, VTAIL_FIXED, vtail_loops_per_key(dv) * bks,
                                 (size_t)nblk, &blocks, "attention: flash_vtail's block of %d keys",
-                                G));
-    int span = blocks < (size_t)nblk ? (int)blocks * G : nk;
+                                bks));
+    int span = blocks < (size_t)nblk ? (int)blocks * bks : nk;
     CHECK_ST(clattn__get_kernel(ctx, "flash.cl", defines, "flash_vtail", &k));
-    size_t gws[2] = {(size_t)dvp / 16, (size_t)m->D0 * m->D1}, lws[2] = {1, 1};
+    size_t gws[2] = {(size_t)dvp / 16, a->nbkv}, lws[2] = {1, 1};
     for (int k_lo = (nk - 1) / span * span; k_lo >= 0; k_lo -= span) {
         int k_hi = k_lo + span < nk ? k_lo + span : nk;
-        CHECK_ST(clattn__set_args(ctx, k, "flash_vtail", ARG(V->buf), ARG(V->l), ARG(m->D1),
-                                  ARG(nk), ARG(dv), ARG(G), ARG(nblk), ARG(buf), ARG(off),
+        CHECK_ST(clattn__set_args(ctx, k, "flash_vtail", ARG(V->buf), ARG(V->l), ARG(a->D1kv),
+                                  ARG(nk), ARG(dv), ARG(bks), ARG(nblk), ARG(buf), ARG(off),
                                   ARG(k_lo), ARG(k_hi), ARGS_END));
         CHECK_ST(clattn__launch(ctx, k, 2, gws, lws, "flash_vtail"));
     }
@@ -149,6 +157,7 @@ static clattn_status enqueue_cpu(clattn_context *ctx, const clattn_tuning *tune,
     int QR = clattn__tune_int(tune, "QR", 5), KB = clattn__tune_int(tune, "KB", 64);
     int WG = clattn__tune_int(tune, "WG", 8), QG = clattn__tune_int(tune, "QG", 2);
     int nb = m->D0 * m->D1, dvp = BUCKET(a->dv, cpu_dv_buckets);
+    size_t nbkv = a->nbkv; /* K and V are packed once per K/V head */
     int nblk = (int)clattn__div_up((size_t)a->nk, (size_t)KB);
     CHECK(ctx, KB % 16 == 0, CLATTN_ERROR_INVALID_ARGUMENT,
           "tuning: attention=cpu needs KB a multiple of 16 (KB=%d)", KB);
@@ -158,8 +167,8 @@ static clattn_status enqueue_cpu(clattn_context *ctx, const clattn_tuning *tune,
     /* Packed K panels and zero-padded V rows: extra memory O(nb * K * (d + dv)), not O(Q * K).
      * V rows that need no padding and lie one after another are read in place. */
     int v_packed = a->dv != dvp || a->nk % KB != 0 || V->l.s[3] != a->dv;
-    size_t nkt = (size_t)nb * nblk * KB * a->d, nvp = v_packed ? (size_t)nb * nblk * KB * dvp : 0;
-    size_t nvt = needs_vtail(m) ? (size_t)nb * nblk * dvp : 0, total = nkt + nvp + nvt;
+    size_t nkt = nbkv * nblk * KB * a->d, nvp = v_packed ? nbkv * nblk * KB * dvp : 0;
+    size_t nvt = needs_vtail(m) ? nbkv * nblk * dvp : 0, total = nkt + nvp + nvt;
     CHECK(ctx, total <= (size_t)INT32_MAX, CLATTN_ERROR_UNSUPPORTED,
           "attention: packed K and V of %zu elements exceed 32-bit indexing", total);
     CHECK_ST(clattn__scratch(ctx, CLATTN_SCRATCH_ATTN, total * 4, &buf));
@@ -167,24 +176,23 @@ static clattn_status enqueue_cpu(clattn_context *ctx, const clattn_tuning *tune,
     CHECK_ST(clattn__get_kernel(ctx, "flash.cl", defines, "flash_pack_k", &kk));
     CHECK_ST(clattn__get_kernel(ctx, "flash.cl", defines, "flash_pack_v", &kv));
     CHECK_ST(clattn__get_kernel(ctx, "flash.cl", defines, "flash_cpu", &kf));
-    size_t pg[2] = {(size_t)nblk * KB, (size_t)nb};
-    CHECK_ST(clattn__set_args(ctx, kk, "flash_pack_k", ARG(K->buf), ARG(K->l), ARG(m->D1),
+    size_t pg[2] = {(size_t)nblk * KB, nbkv};
+    CHECK_ST(clattn__set_args(ctx, kk, "flash_pack_k", ARG(K->buf), ARG(K->l), ARG(a->D1kv),
                               ARG(a->nk), ARG(a->d), ARG(nblk), ARG(buf), ARGS_END));
     CHECK_ST(clattn__launch(ctx, kk, 2, pg, NULL, "flash_pack_k"));
     clattn_flash_operand vrows = *V;
     if (v_packed) {
         int vp_off = (int)nkt;
-        CHECK_ST(clattn__set_args(ctx, kv, "flash_pack_v", ARG(V->buf), ARG(V->l), ARG(m->D1),
+        CHECK_ST(clattn__set_args(ctx, kv, "flash_pack_v", ARG(V->buf), ARG(V->l), ARG(a->D1kv),
                                   ARG(a->nk), ARG(a->dv), ARG(nblk), ARG(buf), ARG(vp_off),
                                   ARGS_END));
         CHECK_ST(clattn__launch(ctx, kv, 2, pg, NULL, "flash_pack_v"));
         size_t per_batch = (size_t)nblk * KB * dvp;
-        vrows = clattn__flash_strided(buf, nkt, (size_t)m->D1 * per_batch, per_batch, dvp);
+        vrows = clattn__flash_strided(buf, nkt, (size_t)a->D1kv * per_batch, per_batch, dvp);
     }
     /* the V rows are dvp wide here (zero-padded, or in place only when dv == dvp) */
     if (nvt)
-        CHECK_ST(enqueue_vtail(ctx, defines, &vrows, m, a->nk, dvp, KB, nblk, dvp, buf, nkt + nvp,
-                                  0));
+        CHECK_ST(enqueue_vtail(ctx, defines, &vrows, a, dvp, KB, nblk, dvp, buf, nkt + nvp, 0));
     cl_mem vt = nvt ? buf : NULL;
     int vt_off = (int)(nkt + nvp);
     CHECK_ST(clattn__set_args(ctx, kf, "flash_cpu", ARG(Q->buf), ARG(Q->l), ARG(buf),
@@ -270,9 +278,9 @@ static clattn_status enqueue_gpu(clattn_context *ctx, const clattn_tuning *tune,
         clattn__tune_set(&t, "BQ", BQ = kernel_wg > 1 ? (int)kernel_wg : 1);
     }
     CHECK_ST(gpu_span(ctx, budget, BQ, BK, dp, dvp, a, &span));
-    /* scratch: the value sums (nb, nblk, dvp) when rows skip keys, then the rows' running state
+    /* scratch: the value sums (nbkv, nblk, dvp) when rows skip keys, then the rows' running state
      * (nb, nq, 3) when the keys take several launches */
-    size_t nvt = needs_vtail(m) ? (size_t)nb * nblk * dvp : 0;
+    size_t nvt = needs_vtail(m) ? a->nbkv * nblk * dvp : 0;
     size_t npart = span < a->nk ? (size_t)nb * a->nq * 3 : 0;
     CHECK(ctx, nvt + npart <= (size_t)INT32_MAX, CLATTN_ERROR_UNSUPPORTED,
           "attention: %zu elements of value sums and row states exceed 32-bit indexing",
@@ -283,7 +291,7 @@ static clattn_status enqueue_gpu(clattn_context *ctx, const clattn_tuning *tune,
     part = npart ? buf : NULL;
     int part_off = (int)nvt;
     if (nvt)
-        CHECK_ST(enqueue_vtail(ctx, defines, V, m, a->nk, a->dv, BK, nblk, dvp, vt, 0, budget));
+        CHECK_ST(enqueue_vtail(ctx, defines, V, a, a->dv, BK, nblk, dvp, vt, 0, budget));
     size_t lws[2] = {(size_t)BQ, 1};
     size_t gws[2] = {clattn__round_up((size_t)a->nq, (size_t)BQ), (size_t)nb};
     for (int k_lo = 0; k_lo < a->nk; k_lo += span) {
@@ -303,10 +311,10 @@ fail:
 clattn_status clattn__enqueue_flash(clattn_context *ctx, const clattn_tuning *tune,
                                     const clattn_flash_operand *Q, const clattn_flash_operand *K,
                                     const clattn_flash_operand *V, const clattn_flash_operand *out,
-                                    int d, int dv, const clattn_mask_args *m,
+                                    int G, int d, int dv, const clattn_mask_args *m,
                                     const clattn_dropout_params *dropout, float scale)
 {
-    flash_args a = make_args(m, d, dv, scale, dropout);
+    flash_args a = make_args(m, G, d, dv, scale, dropout);
     if (strcmp(tune->variant, "gpu") == 0)
         return enqueue_gpu(ctx, tune, Q, K, V, m, &a, out);
     return enqueue_cpu(ctx, tune, Q, K, V, m, &a, out);

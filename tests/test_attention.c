@@ -23,6 +23,7 @@ typedef struct {
     unsigned long long seed;
     float scale; /* opts.scale; 0 means the default 1/sqrt(d) */
     int nan_k, nan_v; /* > 0: row nan_k - 1 of K (nan_v - 1 of V) is NaN in every batch */
+    int hkv; /* nlead 2: K and V have (lead[0], hkv) leading dims (grouped-query); 0: Q's */
 } att_case;
 
 static size_t batch_of(const att_case *c)
@@ -33,9 +34,45 @@ static size_t batch_of(const att_case *c)
     return n;
 }
 
+/* K's and V's leading dims and batch count */
+static void kv_lead(const att_case *c, size_t lead[2])
+{
+    lead[0] = c->lead[0];
+    lead[1] = c->nlead == 2 && c->hkv ? (size_t)c->hkv : c->lead[1];
+}
+
+static size_t kv_batch_of(const att_case *c)
+{
+    size_t l[2];
+    kv_lead(c, l);
+    return c->nlead == 0 ? 1 : c->nlead == 1 ? l[0] : l[0] * l[1];
+}
+
 static clattn_tensor make(const att_case *c, size_t rows, size_t cols, const float *host)
 {
     return h_batched(c->nlead, c->lead, rows, cols, host);
+}
+
+static clattn_tensor make_kv(const att_case *c, size_t rows, size_t cols, const float *host)
+{
+    size_t l[2];
+    kv_lead(c, l);
+    return h_batched(c->nlead, l, rows, cols, host);
+}
+
+/* K or V rows (kv batches of rows x cols, double) repeated for each query head that reads them,
+ * as PyTorch's repeat_interleave for enable_gqa: query batch (b, h) gets kv batch (b, h / G). */
+static double *expand_kv(const att_case *c, const double *x, size_t rows, size_t cols)
+{
+    size_t nb = batch_of(c), per = rows * cols, l[2];
+    kv_lead(c, l);
+    size_t G = c->nlead == 2 ? c->lead[1] / l[1] : 1;
+    double *out = malloc(nb * per * sizeof *out);
+    for (size_t b = 0; b < nb; b++) {
+        size_t kb = c->nlead == 2 ? (b / c->lead[1]) * l[1] + (b % c->lead[1]) / G : b;
+        memcpy(out + b * per, x + kb * per, per * sizeof *out);
+    }
+    return out;
 }
 
 /* |out - ref| <= OUT_TOL * max(|ref|, sum_k w |v|) */
@@ -52,8 +89,8 @@ static void assert_out(const float *got, const double *ref, const double *w, con
 /* Seeded Q, K, V for c (malloc'd), with c's NaN rows, and its mask. */
 static void make_inputs(const att_case *c, float **q, float **k, float **v, h_mask *hm)
 {
-    size_t nb = batch_of(c), nq = c->nq, nk = c->nk;
-    size_t qn = nb * nq * c->d, kn = nb * nk * c->d, vn = nb * nk * c->dv;
+    size_t nb = batch_of(c), nkb = kv_batch_of(c), nq = c->nq, nk = c->nk;
+    size_t qn = nb * nq * c->d, kn = nkb * nk * c->d, vn = nkb * nk * c->dv;
     *q = malloc(qn * 4);
     *k = malloc(kn * 4);
     *v = malloc(vn * 4);
@@ -61,7 +98,7 @@ static void make_inputs(const att_case *c, float **q, float **k, float **v, h_ma
     h_fill(*q, qn, -qs, qs);
     h_fill(*k, kn, -1, 1);
     h_fill(*v, vn, -1, 1);
-    for (size_t b = 0; b < nb; b++) {
+    for (size_t b = 0; b < nkb; b++) {
         for (int e = 0; c->nan_k && e < c->d; e++)
             (*k)[(b * nk + c->nan_k - 1) * c->d + e] = NAN;
         for (int e = 0; c->nan_v && e < c->dv; e++)
@@ -88,13 +125,14 @@ static clattn_attention_opts make_opts(const att_case *c, const h_mask *hm)
 
 static void run_mode(const att_case *c)
 {
-    size_t nb = batch_of(c), nq = c->nq, nk = c->nk;
-    size_t qn = nb * nq * c->d, kn = nb * nk * c->d, vn = nb * nk * c->dv;
+    size_t nb = batch_of(c), nkb = kv_batch_of(c), nq = c->nq, nk = c->nk;
+    size_t qn = nb * nq * c->d, kn = nkb * nk * c->d, vn = nkb * nk * c->dv;
     size_t on = nb * nq * c->dv, wn = nb * nq * nk;
     float *q, *k, *v;
     h_mask hm;
     make_inputs(c, &q, &k, &v, &hm);
-    clattn_tensor tq = make(c, nq, c->d, q), tk = make(c, nk, c->d, k), tv = make(c, nk, c->dv, v);
+    clattn_tensor tq = make(c, nq, c->d, q), tk = make_kv(c, nk, c->d, k);
+    clattn_tensor tv = make_kv(c, nk, c->dv, v);
     clattn_tensor to = make(c, nq, c->dv, NULL), tw = make(c, nq, nk, NULL);
     h_poison(&to);
     h_poison(&tw);
@@ -102,17 +140,19 @@ static void run_mode(const att_case *c)
     if (clattn_dot_product_attention(h_ctx, &tq, &tk, &tv, &opts, &to,
                                      c->no_weights ? NULL : &tw) != CLATTN_SUCCESS)
         fail_msg("dot_product_attention: %s", clattn_last_error(h_ctx));
-    double *qd = ref_to_double(q, qn), *kd = ref_to_double(k, kn), *vd = ref_to_double(v, vn);
+    double *qd = ref_to_double(q, qn), *kf = ref_to_double(k, kn), *vf = ref_to_double(v, vn);
+    double *kd = expand_kv(c, kf, nk, c->d), *vd = expand_kv(c, vf, nk, c->dv);
     double *rw = malloc(wn * 8), *ro = malloc(on * 8);
     ref_dropout_params dp = {c->p, c->seed, 0};
     double scale = c->scale != 0.0f ? (double)c->scale : 1.0 / sqrt((double)c->d);
     ref_attention(&hm.r, c->d, c->dv, qd, kd, vd, scale, &dp, rw, ro);
     char what[200];
     snprintf(what, sizeof what,
-             "attention batch %zu Q=%d K=%d d=%d dv=%d lens %d mask %d/%d causal %d fill %g p=%g "
-             "scale %g qscale %g nan k/v %d/%d %s", nb, c->nq, c->nk, c->d, c->dv, c->mask.lens,
-             c->mask.mask_rank, c->mask.mask_prefix, c->mask.causal, c->mask.fill, c->p, scale,
-             c->qscale, c->nan_k, c->nan_v, c->no_weights ? "no weights" : "weights");
+             "attention batch %zu (kv %zu) Q=%d K=%d d=%d dv=%d lens %d mask %d/%d causal %d "
+             "fill %g p=%g scale %g qscale %g nan k/v %d/%d %s", nb, nkb, c->nq, c->nk, c->d,
+             c->dv, c->mask.lens, c->mask.mask_rank, c->mask.mask_prefix, c->mask.causal,
+             c->mask.fill, c->p, scale, c->qscale, c->nan_k, c->nan_v,
+             c->no_weights ? "no weights" : "weights");
     float *go = h_read(&to);
     double *wd = rw;
     if (c->p > 0) { /* the output uses the dropped weights */
@@ -132,7 +172,8 @@ static void run_mode(const att_case *c)
     clattn_tensor_release(&tq); clattn_tensor_release(&tk); clattn_tensor_release(&tv);
     clattn_tensor_release(&to); clattn_tensor_release(&tw);
     h_mask_free(&hm);
-    free(q); free(k); free(v); free(qd); free(kd); free(vd); free(rw); free(ro);
+    free(q); free(k); free(v); free(qd); free(kd); free(vd); free(kf); free(vf); free(rw);
+    free(ro);
 }
 
 /* Each case runs with the weights requested (the unfused chain) and without (the fused kernel,
@@ -427,6 +468,28 @@ static void test_long_keys(void **s)
           {0, {0}, 4, 2000, 32, 32, .p = 0.3f, .seed = 7});
 }
 
+/* Grouped-query and multi-query attention: Hq / Hkv = 1, 2, 3, 8 query heads per K/V head, with
+ * every mask kind (lengths per batch and per row, a mask tensor over heads and rows, causal),
+ * dropout (the stream index is the query head's), NaN values, one query, one key, key counts of a
+ * block size +- 1 (16, 64, 8 in the variants), and d != dv. */
+static void test_grouped_query(void **s)
+{
+    (void)s;
+    static const int l3[] = {0, 17, 5};
+    CASES({2, {2, 4}, 7, 13, 8, 6, .hkv = 2}, {2, {1, 8}, 5, 33, 16, 16, .hkv = 1},
+          {2, {3, 6}, 9, 17, 12, 20, .hkv = 2}, {2, {2, 3}, 1, 65, 64, 64, .hkv = 1},
+          {2, {1, 8}, 11, 1, 4, 3, .hkv = 4}, {2, {2, 4}, 3, 63, 24, 32, .hkv = 4},
+          {2, {2, 4}, 20, 15, 8, 8, {.causal = 1}, .hkv = 2},
+          {2, {3, 4}, 6, 17, 8, 5, {H_LENS_1D, 0, l3}, .hkv = 1},
+          {2, {2, 6}, 9, 31, 12, 5, {H_LENS_2D, .causal = 1}, .hkv = 3},
+          {2, {2, 4}, 6, 19, 5, 7, {.mask_rank = 4, .mask_dims = {2, 4, 6, 19}}, .hkv = 2},
+          {2, {2, 4}, 6, 19, 5, 7, {.mask_rank = 3, .mask_dims = {4, 1, 19}, .fill = -INFINITY},
+           .hkv = 1},
+          {2, {2, 4}, 16, 24, 8, 8, .p = 0.3f, .seed = 7, .hkv = 2},
+          {2, {1, 4}, 5, 150, 8, 8, {H_LENS_1D}, .nan_v = 140, .hkv = 2},
+          {2, {1, 8}, 70, 129, 64, 64, {.causal = 1}, .hkv = 2, .no_weights = 1});
+}
+
 /* The fused output of c with tuning (a context wrapping h_ctx's queue), as raw floats; *scratch:
  * the scratch the context held after it. */
 static float *fused_with(const char *tuning, const att_case *c, const float *q, const float *k,
@@ -439,8 +502,8 @@ static float *fused_with(const char *tuning, const att_case *c, const float *q, 
     if (clattn_context_wrap(&ctx, clattn_context_cl(h_ctx), clattn_context_device(h_ctx),
                             clattn_context_queue(h_ctx), &p) != CLATTN_SUCCESS)
         fail_msg("%s: %s", tuning, clattn_last_error(NULL));
-    clattn_tensor tq = make(c, c->nq, c->d, q), tk = make(c, c->nk, c->d, k);
-    clattn_tensor tv = make(c, c->nk, c->dv, v), to = make(c, c->nq, c->dv, NULL);
+    clattn_tensor tq = make(c, c->nq, c->d, q), tk = make_kv(c, c->nk, c->d, k);
+    clattn_tensor tv = make_kv(c, c->nk, c->dv, v), to = make(c, c->nq, c->dv, NULL);
     h_poison(&to);
     clattn_attention_opts opts = make_opts(c, hm);
     if (clattn_dot_product_attention(ctx, &tq, &tk, &tv, &opts, &to, NULL) != CLATTN_SUCCESS)
@@ -506,7 +569,7 @@ int main(void)
         cmocka_unit_test(test_neg_inf_fill), cmocka_unit_test(test_huge_scores),
         cmocka_unit_test(test_identical_keys_huge), cmocka_unit_test(test_nan_in_blocked_rows),
         cmocka_unit_test(test_many_head_sizes), cmocka_unit_test(test_long_keys),
-        cmocka_unit_test(test_split_launches),
+        cmocka_unit_test(test_split_launches),  cmocka_unit_test(test_grouped_query),
     };
     return cmocka_run_group_tests(tests, h_setup, h_teardown);
 }

@@ -43,6 +43,8 @@ static clattn_tensor a_rank1, a_rank5, a_past, a_zero, a_int, a_nobuf, a_huge, a
 static clattn_tensor p_a, sub_c, p_lens, sub_y, y_lens, y_mask, p_mask6, sub_o, sub_w4, p_lens100,
     p_x, sub_y1, p_x8, sub_hd, sub_y66, p_bias6, sub_wt, p_wv8, foreign_a, foreign_i2, foreign_m5,
     a_dtype7, c_dtype7, lens_float2, lens_rank3;
+/* Issue 11: grouped-query shapes (4-D Q with 4 heads over K/V views). */
+static clattn_tensor q4, k4_h3, v4_h3, k4_h2, v4_h1, k4_b2, v4_b2, o4, q3_h4, k3_h2, v3_h2, o3_h4;
 
 static clattn_tensor mk(int ndim, const size_t *dims, float lo)
 {
@@ -146,6 +148,18 @@ static void make_bad_views(void)
     wq_bad = view(&Wq, 0, 2, H_DIMS(4, 7));
     mo_bad = view(&Mo, 0, 2, H_DIMS(3, 7));
     ws_bad = view(&Wt, 0, 3, H_DIMS(2, 5, 5));
+    q4 = view(&Q, 0, 4, H_DIMS(1, 4, 5, 4));
+    k4_h3 = view(&Kk, 0, 4, H_DIMS(1, 3, 6, 4)); /* 3 K/V heads do not divide 4 */
+    v4_h3 = view(&V, 0, 4, H_DIMS(1, 3, 6, 2));
+    k4_h2 = view(&Kk, 0, 4, H_DIMS(1, 2, 6, 4));
+    v4_h1 = view(&V, 0, 4, H_DIMS(1, 1, 6, 2)); /* V's heads differ from K's */
+    k4_b2 = view(&Kk, 0, 4, H_DIMS(2, 2, 6, 4)); /* batch 2 against Q's 1 */
+    v4_b2 = view(&V, 0, 4, H_DIMS(2, 2, 6, 2));
+    o4 = view(&W4, 0, 4, H_DIMS(1, 4, 5, 2));
+    q3_h4 = view(&Q, 0, 3, H_DIMS(4, 5, 4)); /* 3-D: leading dims must be equal */
+    k3_h2 = view(&Kk, 0, 3, H_DIMS(2, 6, 4));
+    v3_h2 = view(&V, 0, 3, H_DIMS(2, 6, 2));
+    o3_h4 = view(&W4, 0, 3, H_DIMS(4, 5, 2));
     make_issue9_views();
 }
 
@@ -157,7 +171,7 @@ static clattn_mask m_neg, m_big, m_shape, m_rank3, m_dev_shape, m_not_broadcast,
 static clattn_dropout_params drop_neg, drop_big, drop_nan, drop_ok;
 static clattn_attention_opts opts_drop_bad, opts_lens_big;
 static clattn_additive_weights aw, aw_wq_bad, aw_wv_bad;
-static clattn_mha_weights mw, mw_heads, mw_wo_bad, mw_bias_bad, mw_zero_heads;
+static clattn_mha_weights mw, mw_heads, mw_wo_bad, mw_bias_bad, mw_zero_heads, mw_kv3, mw_kv1;
 static clattn_mask m_lens_p, m_lens_y, m_mask_y, m_fill_nan, m_fill_inf, m_foreign_mask;
 static clattn_attention_opts opts_mask_p, opts_lens_p, opts_lens_p100, opts_lens_float,
     opts_mask_float, opts_lens_rank3, opts_fill_nan, opts_fill_inf, opts_foreign_lens;
@@ -241,6 +255,10 @@ static void make_bundles(void)
     mw_wo_bad.W_o = &mo_bad;
     mw_bias_bad = mw;
     mw_bias_bad.b_o = &bias_bad;
+    mw_kv3 = mw; /* 3 K/V heads for 2 query heads */
+    mw_kv3.num_kv_heads = 3;
+    mw_kv1 = mw; /* 1 K/V head: W_k must have 4 rows, not 8 */
+    mw_kv1.num_kv_heads = 1;
     make_issue9_bundles();
 }
 
@@ -517,6 +535,14 @@ static clattn_status wrap_with(cl_context c, cl_device_id d, cl_command_queue q)
       &Kk, &V, &opts_drop_bad, &O, &Wt))                                                       \
     X(attention_lens_above_k, INVALID_ARGUMENT, "valid_lens[0] = 7",                           \
       clattn_dot_product_attention(CTX, &Q, &Kk, &V, &opts_lens_big, &O, &Wt))                 \
+    X(attention_gqa_not_dividing, SHAPE_MISMATCH, "K: shape (1, 3, 6, 4)",                     \
+      clattn_dot_product_attention(CTX, &q4, &k4_h3, &v4_h3, NULL, &o4, NULL))                 \
+    X(attention_gqa_v_heads, SHAPE_MISMATCH, "V: 1 heads, expected K's 2",                     \
+      clattn_dot_product_attention(CTX, &q4, &k4_h2, &v4_h1, NULL, &o4, NULL))                 \
+    X(attention_gqa_batch, SHAPE_MISMATCH, "K: shape (2, 2, 6, 4)",                            \
+      clattn_dot_product_attention(CTX, &q4, &k4_b2, &v4_b2, NULL, &o4, NULL))                 \
+    X(attention_gqa_rank3, SHAPE_MISMATCH, "K: shape (2, 6, 4), expected Q's leading dims",    \
+      clattn_dot_product_attention(CTX, &q3_h4, &k3_h2, &v3_h2, NULL, &o3_h4, NULL))           \
     /* additive attention */                                                                     \
     X(additive_att_null_w, INVALID_ARGUMENT, "w", clattn_additive_attention(CTX, &Q, &Kk, &V,  \
       NULL, NULL, &O, &Wt))                                                                    \
@@ -536,7 +562,11 @@ static clattn_status wrap_with(cl_context c, cl_device_id d, cl_command_queue q)
     X(mha_weights_shape, SHAPE_MISMATCH, "weights", clattn_multihead_attention(CTX, &Q, &Kk,   \
       &V, &mw, NULL, &O, &w4_bad))                                                             \
     X(mha_lens_above_k, INVALID_ARGUMENT, "valid_lens[0] = 7", clattn_multihead_attention(CTX, \
-      &Q, &Kk, &V, &mw, &opts_lens_big, &O, &W4))
+      &Q, &Kk, &V, &mw, &opts_lens_big, &O, &W4))                                              \
+    X(mha_kv_heads_not_dividing, INVALID_ARGUMENT, "w.num_kv_heads: 3",                        \
+      clattn_multihead_attention(CTX, &Q, &Kk, &V, &mw_kv3, NULL, &O, &W4))                    \
+    X(mha_kv_weights_rows, SHAPE_MISMATCH, "w.W_k: shape (8, 8), expected (4, 8)",             \
+      clattn_multihead_attention(CTX, &Q, &Kk, &V, &mw_kv1, NULL, &O, &W4))
 
 typedef struct {
     const char *name;

@@ -37,6 +37,7 @@ typedef struct {
     double qmag, kmag, vmag;
     int ties;       /* K rows copied onto other K rows */
     int nonfinite;  /* NaN or infinities written into Q, K or V */
+    int hkv;        /* nlead 2: K and V have hkv < lead[1] heads (grouped-query); 0: Q's */
 } fz_case;
 
 typedef struct {
@@ -176,6 +177,12 @@ static void gen_case(fz_case *c, size_t budget)
     c->nlead = h_randint(0, 2);
     for (int i = 0; i < c->nlead; i++)
         c->lead[i] = (size_t)h_randint(1, 3);
+    if (c->nlead == 2 && h_uniform(0, 1) < 0.3) { /* grouped-query: 2-8 query heads per K/V head */
+        static const int heads[][2] = {{2, 1}, {4, 1}, {4, 2}, {6, 2}, {6, 3}, {8, 1}, {8, 4}};
+        int pick_h = h_randint(0, 6);
+        c->lead[1] = (size_t)heads[pick_h][0];
+        c->hkv = heads[pick_h][1];
+    }
     c->nq = pick_len();
     c->nk = pick_len();
     c->d = pick_len();
@@ -183,6 +190,8 @@ static void gen_case(fz_case *c, size_t budget)
     if (h_randint(0, 9) == 0)
         c->d = 257 + h_randint(0, 43); /* past the fused kernel's head sizes: the unfused path */
     fit(c, budget);
+    if (c->hkv && c->lead[1] == 1)
+        c->hkv = 0; /* fit() dropped the heads */
     gen_mask(c);
     gen_magnitudes(c);
     c->ties = h_uniform(0, 1) < 0.2;
@@ -214,6 +223,8 @@ static void gen_data(const fz_case *c, fz_data *x)
     x->v = malloc(x->vn * 4);
     for (size_t i = 0; i < x->qn; i++)
         x->q[i] = gen_entry(c->exact, c->eq, c->qmag);
+    /* (grouped-query cases: K and V are drawn for every query head, then each group of query
+     * heads gets its first head's rows in tie_groups, so the reference sees them per query head) */
     for (size_t i = 0; i < x->kn; i++)
         x->k[i] = gen_entry(c->exact, c->ek, c->kmag);
     h_fill(x->v, x->vn, -c->vmag, c->vmag);
@@ -359,17 +370,38 @@ static clattn_tensor make(const fz_case *c, size_t rows, size_t cols, const floa
     return h_batched(c->nlead, c->lead, rows, cols, host);
 }
 
+/* Grouped-query cases: x (nb batches of per floats, one per query head) gets each group's first
+ * head in every head of the group (what the device computes with K/V head h / G), and *kv
+ * (malloc'd) the hkv heads the device is given. */
+static void tie_groups(const fz_case *c, float *x, size_t per, float **kv)
+{
+    size_t H = c->lead[1], G = H / (size_t)c->hkv, nkv = c->lead[0] * (size_t)c->hkv;
+    *kv = malloc(nkv * per * 4);
+    for (size_t b = 0; b < c->lead[0] * H; b++) {
+        size_t first = b / G * G; /* the group's first query head, (b / H) * H + (b % H) / G * G */
+        memcpy(x + b * per, x + first * per, per * 4);
+        if (b == first)
+            memcpy(*kv + b / G * per, x + b * per, per * 4);
+    }
+}
+
+static clattn_tensor make_kv(const fz_case *c, size_t rows, size_t cols, const float *host)
+{
+    size_t lead[2] = {c->lead[0], c->hkv ? (size_t)c->hkv : c->lead[1]};
+    return h_batched(c->nlead, lead, rows, cols, host);
+}
+
 static void describe(const fz_case *c, int index, char *buf, size_t n)
 {
     snprintf(buf, n,
              "fuzz case %d (rerun: CLATTN_FUZZ_FIRST=%d CLATTN_FUZZ_CASES=1, seed %llu): lead %d "
              "(%zu, %zu) Q=%d K=%d d=%d dv=%d lens %d%s mask rank %d prefix %d causal %d fill %g "
-             "scale %g %s eq %d ek %d qmag %g kmag %g vmag %g ties %d nonfinite %d p %g",
+             "scale %g %s eq %d ek %d qmag %g kmag %g vmag %g ties %d nonfinite %d p %g hkv %d",
              index, index, h_seed(), c->nlead, c->lead[0], c->lead[1], c->nq, c->nk, c->d, c->dv,
              c->mask.lens, c->mask.lens_on_device ? " (device)" : "", c->mask.mask_rank,
              c->mask.mask_prefix, c->mask.causal, c->mask.fill, c->scale,
              c->exact ? "exact" : "float", c->eq, c->ek, c->qmag, c->kmag, c->vmag, c->ties,
-             c->nonfinite, c->p);
+             c->nonfinite, c->p, c->hkv);
 }
 
 /* One case through both paths: no weights (fused where the variant and head sizes allow) and
@@ -381,6 +413,11 @@ static void run_case(int index, size_t budget)
     h_reseed(0xF022ull + (unsigned long long)index);
     gen_case(&c, budget);
     gen_data(&c, &x);
+    float *kc = x.k, *vc = x.v; /* what the device gets as K and V */
+    if (c.hkv) {
+        tie_groups(&c, x.k, (size_t)c.nk * c.d, &kc);
+        tie_groups(&c, x.v, (size_t)c.nk * c.dv, &vc);
+    }
     size_t sdims[4];
     memcpy(sdims, c.lead, sizeof(size_t) * c.nlead);
     sdims[c.nlead] = c.nq;
@@ -392,8 +429,8 @@ static void run_case(int index, size_t budget)
     reference(&c, &x, &hm.r, &f);
     char what[600];
     describe(&c, index, what, sizeof what);
-    clattn_tensor tq = make(&c, c.nq, c.d, x.q), tk = make(&c, c.nk, c.d, x.k);
-    clattn_tensor tv = make(&c, c.nk, c.dv, x.v);
+    clattn_tensor tq = make(&c, c.nq, c.d, x.q), tk = make_kv(&c, c.nk, c.d, kc);
+    clattn_tensor tv = make_kv(&c, c.nk, c.dv, vc);
     clattn_tensor to = make(&c, c.nq, c.dv, NULL), tw = make(&c, c.nq, c.nk, NULL);
     clattn_attention_opts opts = {hm.m, {c.p, c.p > 0, c.seed, 0}, c.scale};
     for (int weights = 0; weights < 2; weights++) {
@@ -421,6 +458,10 @@ static void run_case(int index, size_t budget)
     clattn_tensor_release(&tq); clattn_tensor_release(&tk); clattn_tensor_release(&tv);
     clattn_tensor_release(&to); clattn_tensor_release(&tw);
     h_mask_free(&hm);
+    if (c.hkv) {
+        free(kc);
+        free(vc);
+    }
     free(x.q); free(x.k); free(x.v);
     free(f.w); free(f.wtol); free(f.out); free(f.otol); free(f.skip); free(f.loose);
 }

@@ -62,7 +62,7 @@ static void every_op(clattn_context *c)
     clattn_attention_opts opts = {0};
     clattn_dropout_params drop = {0.25f, 1, 42, 0};
     clattn_additive_weights aw = {&w, &w, &wva};
-    clattn_mha_weights mw = {H, &w, &w, &w, &wo, &bias, &bias, &bias, NULL};
+    clattn_mha_weights mw = {H, &w, &w, &w, &wo, &bias, &bias, &bias, NULL, 0};
     clattn_mask m = {0};
     float out[B * H * T * KT];
 

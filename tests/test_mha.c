@@ -19,6 +19,7 @@ typedef struct {
     unsigned long long seed;
     int no_weights;
     double xscale; /* inputs uniform in [-xscale, xscale]; 0 means 1 */
+    int hkv;       /* num_kv_heads (W_k, W_v have hkv * hid / H rows); 0 means H */
 } mha_case;
 
 typedef struct {
@@ -44,6 +45,19 @@ static void free_param(param *p)
     clattn_tensor_release(&p->t);
 }
 
+/* (B, Hkv, T, dh) -> (B, H, T, dh): head h gets K/V head h / (H / Hkv), as enable_gqa. */
+static double *repeat_heads(double *x, int B, int T, int Hkv, int H, int dh)
+{
+    size_t per = (size_t)T * dh;
+    double *y = malloc((size_t)B * H * per * sizeof *y);
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < H; h++)
+            memcpy(y + ((size_t)b * H + h) * per, x + ((size_t)b * Hkv + h / (H / Hkv)) * per,
+                   per * sizeof *y);
+    free(x);
+    return y;
+}
+
 /* (B, T, H*dh) -> (B, H, T, dh) */
 static double *split_heads(const double *x, int B, int T, int H, int dh)
 {
@@ -59,13 +73,15 @@ static double *split_heads(const double *x, int B, int T, int H, int dh)
 static void run_mode(const mha_case *c)
 {
     int B = c->B, nq = c->nq, nk = c->nk, hid = c->hid, H = c->H, dh = hid / H;
+    int Hkv = c->hkv ? c->hkv : H, kvhid = Hkv * dh;
     double bq = 1 / sqrt(c->qs), bk = 1 / sqrt(c->ks), bv = 1 / sqrt(c->vs), bo = 1 / sqrt(hid);
     double xs = c->xscale > 0 ? c->xscale : 1;
     param q = make_param((size_t)B * nq, c->qs, xs), k = make_param((size_t)B * nk, c->ks, xs);
     param v = make_param((size_t)B * nk, c->vs, xs);
-    param Wq = make_param(hid, c->qs, bq), Wk = make_param(hid, c->ks, bk);
-    param Wv = make_param(hid, c->vs, bv), Wo = make_param(c->os, hid, bo);
-    param b_q = make_param(0, hid, bq), b_k = make_param(0, hid, bk), b_v = make_param(0, hid, bv);
+    param Wq = make_param(hid, c->qs, bq), Wk = make_param(kvhid, c->ks, bk);
+    param Wv = make_param(kvhid, c->vs, bv), Wo = make_param(c->os, hid, bo);
+    param b_q = make_param(0, hid, bq), b_k = make_param(0, kvhid, bk);
+    param b_v = make_param(0, kvhid, bv);
     param b_o = make_param(0, c->os, bo);
     /* views with the batch dim for the inputs */
     clattn_tensor tq = clattn_view(q.t.buf, CLATTN_FLOAT32, 0, 3, H_DIMS(B, nq, c->qs));
@@ -77,7 +93,7 @@ static void run_mode(const mha_case *c)
     h_poison(&tw);
     h_mask hm;
     h_mask_make(&hm, &c->mask, 4, H_DIMS(B, H, nq, nk));
-    clattn_mha_weights w = {H, &Wq.t, &Wk.t, &Wv.t, &Wo.t, NULL, NULL, NULL, NULL};
+    clattn_mha_weights w = {H, &Wq.t, &Wk.t, &Wv.t, &Wo.t, NULL, NULL, NULL, NULL, c->hkv};
     if (c->bias) {
         w.b_q = &b_q.t; w.b_k = &b_k.t; w.b_v = &b_v.t; w.b_o = &b_o.t;
     }
@@ -91,13 +107,14 @@ static void run_mode(const mha_case *c)
         fail_msg("multihead_attention: %s", clattn_last_error(h_ctx));
 
     /* reference: project, split heads, attend per (b, h), concatenate, project */
-    double *Qp = malloc((size_t)B * nq * hid * 8), *Kp = malloc((size_t)B * nk * hid * 8);
-    double *Vp = malloc((size_t)B * nk * hid * 8);
+    double *Qp = malloc((size_t)B * nq * hid * 8), *Kp = malloc((size_t)B * nk * kvhid * 8);
+    double *Vp = malloc((size_t)B * nk * kvhid * 8);
     ref_linear(B * nq, c->qs, hid, q.data, Wq.data, c->bias ? b_q.data : NULL, Qp);
-    ref_linear(B * nk, c->ks, hid, k.data, Wk.data, c->bias ? b_k.data : NULL, Kp);
-    ref_linear(B * nk, c->vs, hid, v.data, Wv.data, c->bias ? b_v.data : NULL, Vp);
-    double *Qh = split_heads(Qp, B, nq, H, dh), *Kh = split_heads(Kp, B, nk, H, dh);
-    double *Vh = split_heads(Vp, B, nk, H, dh);
+    ref_linear(B * nk, c->ks, kvhid, k.data, Wk.data, c->bias ? b_k.data : NULL, Kp);
+    ref_linear(B * nk, c->vs, kvhid, v.data, Wv.data, c->bias ? b_v.data : NULL, Vp);
+    double *Qh = split_heads(Qp, B, nq, H, dh);
+    double *Kh = repeat_heads(split_heads(Kp, B, nk, Hkv, dh), B, nk, Hkv, H, dh);
+    double *Vh = repeat_heads(split_heads(Vp, B, nk, Hkv, dh), B, nk, Hkv, H, dh);
     size_t wn = (size_t)B * H * nq * nk, on = (size_t)B * nq * c->os;
     double *rw = malloc(wn * 8), *Oh = malloc((size_t)B * H * nq * dh * 8);
     ref_dropout_params dp = {c->p, c->seed, 0};
@@ -121,9 +138,9 @@ static void run_mode(const mha_case *c)
         mag[i] = fmax(fabs(ro[i]), mag[i] + fabs(bias)) + 1e-30;
     }
     char what[200];
-    snprintf(what, sizeof what, "mha B=%d Q=%d K=%d qs=%d ks=%d vs=%d hid=%d H=%d os=%d bias=%d lens %d mask %d causal %d p=%g",
-             B, nq, nk, c->qs, c->ks, c->vs, hid, H, c->os, c->bias, c->mask.lens, c->mask.mask_rank,
-             c->mask.causal, c->p);
+    snprintf(what, sizeof what, "mha B=%d Q=%d K=%d qs=%d ks=%d vs=%d hid=%d H=%d Hkv=%d os=%d "
+             "bias=%d lens %d mask %d causal %d p=%g", B, nq, nk, c->qs, c->ks, c->vs, hid, H, Hkv,
+             c->os, c->bias, c->mask.lens, c->mask.mask_rank, c->mask.causal, c->p);
     float *go = h_read(&to);
     h_assert_scaled(go, ro, mag, on, OUT_TOL, what);
     if (!c->no_weights) {
@@ -207,6 +224,20 @@ static void test_dropout(void **s)
     CASES({2, 6, 9, 8, 10, 12, 16, 4, 16, 1, {H_LENS_1D}, 0.3f, 17});
 }
 
+/* num_kv_heads: grouped-query (H / Hkv = 2, 4) and multi-query (Hkv = 1) heads, with biases,
+ * masks, dropout and the fused kernel's whole-block paths. */
+static void test_grouped_query(void **s)
+{
+    (void)s;
+    static const int lens[] = {3, 2};
+    CASES({2, 4, 6, 100, 100, 100, 100, 4, 100, 1, {H_LENS_1D, 0, lens}, .hkv = 2},
+          {2, 9, 13, 12, 7, 5, 64, 8, 24, 1, .hkv = 1},
+          {2, 9, 9, 8, 8, 8, 32, 4, 16, 0, {H_LENS_2D, .causal = 1}, .hkv = 1},
+          {2, 5, 7, 8, 8, 8, 32, 8, 16, 1, {.mask_rank = 4, .mask_dims = {2, 8, 5, 7}}, .hkv = 2},
+          {2, 6, 9, 8, 10, 12, 16, 4, 16, 1, {H_LENS_1D}, 0.3f, 17, .hkv = 2},
+          {2, 70, 128, 32, 24, 40, 128, 4, 48, 1, {H_LENS_1D}, .hkv = 2, .no_weights = 1});
+}
+
 static void test_bad(void **s)
 {
     (void)s;
@@ -226,6 +257,18 @@ static void test_bad(void **s)
     w.W_k = &W.t;
     h_assert_error(clattn_multihead_attention(h_ctx, &tq, &tq, &tk2, &w, NULL, &to, NULL),
                    CLATTN_ERROR_SHAPE_MISMATCH, "values: 2 rows");
+    /* num_kv_heads that does not divide num_heads, negative, or over it; K/V weights that do not
+     * have num_kv_heads x dh rows */
+    const int bad_kv[] = {3, -1, 4};
+    for (int i = 0; i < 3; i++) {
+        w.num_kv_heads = bad_kv[i];
+        h_assert_error(clattn_multihead_attention(h_ctx, &tq, &tq, &tq, &w, NULL, &to, NULL),
+                       CLATTN_ERROR_INVALID_ARGUMENT, "w.num_kv_heads");
+    }
+    w.num_kv_heads = 1; /* W_k, W_v must then have 4 rows */
+    h_assert_error(clattn_multihead_attention(h_ctx, &tq, &tq, &tq, &w, NULL, &to, NULL),
+                   CLATTN_ERROR_SHAPE_MISMATCH, "w.W_k: shape (8, 8), expected (4, 8)");
+    w.num_kv_heads = 0;
     clattn_attention_opts o = {0};
     o.dropout.p = 2.0f;
     h_assert_error(clattn_multihead_attention(h_ctx, &tq, &tq, &tq, &w, &o, &to, NULL),
@@ -240,7 +283,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_d2l_example), cmocka_unit_test(test_heads_and_sizes),
         cmocka_unit_test(test_masks), cmocka_unit_test(test_extremes),
-        cmocka_unit_test(test_dropout), cmocka_unit_test(test_bad),
+        cmocka_unit_test(test_dropout), cmocka_unit_test(test_grouped_query),
+        cmocka_unit_test(test_bad),
     };
     return cmocka_run_group_tests(tests, h_setup, h_teardown);
 }

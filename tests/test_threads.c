@@ -33,7 +33,7 @@ static int run_all(results *r, char *err, size_t size)
     clattn_tensor tq = {0}, tk = {0}, tv = {0}, ts = {0}, tsm = {0}, to = {0}, tm = {0}, tw = {0},
                   wq_ = {0}, wk_ = {0}, wv_ = {0}, wo_ = {0};
     clattn_attention_opts opts = {0};
-    clattn_mha_weights mw = {H, &wq_, &wk_, &wv_, &wo_, NULL, NULL, NULL, NULL};
+    clattn_mha_weights mw = {H, &wq_, &wk_, &wv_, &wo_, NULL, NULL, NULL, NULL, 0};
     int good = 0;
     opts.mask.valid_lens_host = lens;
     opts.mask.lens_ndim = 1;

@@ -474,7 +474,7 @@ static void bench_softmax(bench *b)
 #define ATT_SAMPLE_ROWS 32
 
 typedef struct {
-    size_t heads, n, d;
+    size_t heads, kv_heads, n, d; /* kv_heads: K and V heads (grouped-query when < heads) */
     int causal;
     clattn_tensor q, k, v, out, scores, weights;
     clattn_attention_opts opts;
@@ -545,15 +545,15 @@ static double att_error(bench *b, const att_case *a, bench_run_fn fn)
         for (int s = 0; s < ATT_SAMPLE_ROWS; s++) {
             size_t i = (size_t)uniform(b, 0, (double)n);
             const float *q = a->hq + (h * n + i) * d;
-            size_t limit = a->causal ? i + 1 : n;
+            size_t limit = a->causal ? i + 1 : n, kh = h / (a->heads / a->kv_heads);
             for (size_t j = 0; j < n; j++) {
-                const float *k = a->hk + (h * n + j) * d;
+                const float *k = a->hk + (kh * n + j) * d;
                 double dot = 0;
                 for (size_t e = 0; e < d; e++)
                     dot += (double)q[e] * k[e];
                 w[j] = j < limit ? dot / sqrt((double)d) : CLATTN_DEFAULT_FILL;
             }
-            double err = softmax_row_error(w, n, a->hv + h * n * d, d, out + (h * n + i) * d);
+            double err = softmax_row_error(w, n, a->hv + kh * n * d, d, out + (h * n + i) * d);
             worst = err > worst ? err : worst;
         }
     free(out);
@@ -561,29 +561,40 @@ static double att_error(bench *b, const att_case *a, bench_run_fn fn)
     return worst;
 }
 
-static void att_make(bench *b, att_case *a, size_t heads, size_t n, size_t d, int causal)
+/* Q (heads, n, d) and K, V (heads, n, d); with kv_heads != 0 (grouped-query) Q (1, heads, n, d),
+ * K and V (1, kv_heads, n, d). The score tensors only for the unfused implementations. */
+static void att_make(bench *b, att_case *a, size_t heads, size_t kv_heads, size_t n, size_t d,
+                     int causal, int scores)
 {
-    size_t dims[3] = {heads, n, d}, sdims[3] = {heads, n, n}, total = heads * n * d;
+    int r = kv_heads ? 4 : 3;
+    size_t qd[4] = {1, heads, n, d}, kd[4] = {1, kv_heads ? kv_heads : heads, n, d};
+    size_t sd[4] = {1, heads, n, n};
+    size_t total = heads * n * d, kvtotal = kd[1] * n * d;
     memset(a, 0, sizeof *a);
     a->heads = heads;
+    a->kv_heads = kd[1];
     a->n = n;
     a->d = d;
     a->causal = causal;
     a->opts.mask.causal = causal;
     a->hq = malloc(total * sizeof(float));
-    a->hk = malloc(total * sizeof(float));
-    a->hv = malloc(total * sizeof(float));
+    a->hk = malloc(kvtotal * sizeof(float));
+    a->hv = malloc(kvtotal * sizeof(float));
     if (!a->hq || !a->hk || !a->hv)
         die("out of memory");
     fill(b, a->hq, total);
-    fill(b, a->hk, total);
-    fill(b, a->hv, total);
-    ok(b, clattn_tensor_create(b->ctx, CLATTN_FLOAT32, 3, dims, a->hq, &a->q), "create Q");
-    ok(b, clattn_tensor_create(b->ctx, CLATTN_FLOAT32, 3, dims, a->hk, &a->k), "create K");
-    ok(b, clattn_tensor_create(b->ctx, CLATTN_FLOAT32, 3, dims, a->hv, &a->v), "create V");
-    ok(b, clattn_tensor_create(b->ctx, CLATTN_FLOAT32, 3, dims, NULL, &a->out), "create out");
-    ok(b, clattn_tensor_create(b->ctx, CLATTN_FLOAT32, 3, sdims, NULL, &a->scores), "create scores");
-    ok(b, clattn_tensor_create(b->ctx, CLATTN_FLOAT32, 3, sdims, NULL, &a->weights), "create weights");
+    fill(b, a->hk, kvtotal);
+    fill(b, a->hv, kvtotal);
+    ok(b, clattn_tensor_create(b->ctx, CLATTN_FLOAT32, r, qd + 4 - r, a->hq, &a->q), "create Q");
+    ok(b, clattn_tensor_create(b->ctx, CLATTN_FLOAT32, r, kd + 4 - r, a->hk, &a->k), "create K");
+    ok(b, clattn_tensor_create(b->ctx, CLATTN_FLOAT32, r, kd + 4 - r, a->hv, &a->v), "create V");
+    ok(b, clattn_tensor_create(b->ctx, CLATTN_FLOAT32, r, qd + 4 - r, NULL, &a->out), "create out");
+    if (!scores)
+        return;
+    ok(b, clattn_tensor_create(b->ctx, CLATTN_FLOAT32, r, sd + 4 - r, NULL, &a->scores),
+       "create scores");
+    ok(b, clattn_tensor_create(b->ctx, CLATTN_FLOAT32, r, sd + 4 - r, NULL, &a->weights),
+       "create weights");
 }
 
 static void att_free(att_case *a)
@@ -608,7 +619,7 @@ static void att_one(bench *b, size_t heads, size_t n, size_t d, int causal)
                  {"naive chain (3 public ops)", att_run_naive}};
     att_case a;
     char name[48];
-    att_make(b, &a, heads, n, d, causal);
+    att_make(b, &a, heads, 0, n, d, causal, 1);
     snprintf(name, sizeof name, "H%zu N%zu d%zu%s", heads, n, d, causal ? " causal" : "");
     double gflop = 4e-9 * (double)heads * (double)n * (double)n * (double)d;
     for (size_t i = 0; i < sizeof impls / sizeof impls[0]; i++) {
@@ -628,6 +639,43 @@ static void bench_attention(bench *b)
     for (int i = 0; i < b->nattn; i++) {
         att_one(b, 16, (size_t)b->attn_n[i], 64, 0);
         att_one(b, 16, (size_t)b->attn_n[i], 64, 1);
+    }
+}
+
+/* ---- grouped-query prefill: B 1, 32 query heads over 8 K/V heads, d 128 ---- */
+
+#define GQA_HQ 32
+#define GQA_HKV 8
+#define GQA_D 128
+
+/* The fused kernel on grouped heads against the same kernel with one K/V head per query head
+ * (multi-head attention's shape, 4x the K and V), both checked on sampled rows. */
+static void gqa_one(bench *b, size_t n, int causal)
+{
+    static const size_t kv[2] = {GQA_HKV, GQA_HQ};
+    static const char *const impls[2] = {"clattn fused, 8 K/V heads", "clattn fused, 32 K/V heads"};
+    char name[64];
+    snprintf(name, sizeof name, "B1 Hq%d Hkv%d N%zu d%d%s", GQA_HQ, GQA_HKV, n, GQA_D,
+             causal ? " causal" : "");
+    double gflop = 4e-9 * GQA_HQ * (double)n * (double)n * GQA_D;
+    for (int i = 0; i < 2; i++) {
+        att_case a;
+        att_make(b, &a, GQA_HQ, kv[i], n, GQA_D, causal, 0);
+        double err = att_error(b, &a, att_run_fused);
+        if (err > ATT_TOL)
+            bench_check_fail(b, name, impls[i], err, ATT_TOL);
+        else
+            bench_record(b, name, impls[i], i > 0, gflop, "GFLOP/s",
+                         bench_time(b, att_run_fused, &a, 1), err);
+        att_free(&a);
+    }
+}
+
+static void bench_gqa(bench *b)
+{
+    for (int i = 0; i < b->nattn; i++) {
+        gqa_one(b, (size_t)b->attn_n[i], 1);
+        gqa_one(b, (size_t)b->attn_n[i], 0);
     }
 }
 
@@ -760,7 +808,7 @@ static void bench_mha(bench *b)
         ok(b, clattn_tensor_create(b->ctx, CLATTN_FLOAT32, 1, bd, m.hb[i], &m.bias[i]), "create b");
     }
     clattn_mha_weights w = {MHA_H, &m.W[0], &m.W[1], &m.W[2], &m.W[3],
-                            &m.bias[0], &m.bias[1], &m.bias[2], &m.bias[3]};
+                            &m.bias[0], &m.bias[1], &m.bias[2], &m.bias[3], 0};
     m.w = w;
     /* 4 projections of 2 B N E^2 flops each, attention 4 B N^2 E */
     double gflop = 1e-9 * (8.0 * MHA_B * MHA_N * (double)MHA_E * MHA_E +
@@ -914,6 +962,9 @@ static const bench_section sections[] = {
     {"attention", "scaled dot-product, 16 heads, d 64, N from --attn-n, plain and causal: fused vs "
                   "unfused vs the naive chain of public ops, GFLOP/s = 4 H N^2 d / time",
      bench_attention},
+    {"gqa", "grouped-query prefill, batch 1, 32 query heads over 8 K/V heads, d 128, N from "
+            "--attn-n, causal and plain: fused vs the same kernel with 32 K/V heads",
+     bench_gqa},
     {"mha", "multi-head forward, batch 4, 8 heads, 512 x 512, hidden 512, biases: fused vs unfused",
      bench_mha},
     {"additive", "additive attention, batch 4, 256 x 256, hidden 64, sizes 64, valid lengths",

@@ -202,7 +202,8 @@ static void check_softmax(clattn_context *ctx, result *r)
 }
 
 /* Dot-product attention (fused without weights, unfused with), as test_attention: lengths
- * including 0 and K, then causal with -inf fill; |out - ref| <= OUT_TOL max(|ref|, sum w |v|). */
+ * including 0 and K, then causal with -inf fill and grouped-query heads (two query heads over one
+ * K/V head); |out - ref| <= OUT_TOL max(|ref|, sum w |v|). */
 static void check_attention(clattn_context *ctx, result *r, int with_weights)
 {
     enum { NB = 2, Q = 37, K = 131, D = 24, DV = 40 };
@@ -214,16 +215,27 @@ static void check_attention(clattn_context *ctx, result *r, int with_weights)
     fill(q, qn, -2, 2);
     fill(k, kn, -1, 1);
     fill(v, vn, -1, 1);
-    double *qd = ref_to_double(q, qn), *kd = ref_to_double(k, kn), *vd = ref_to_double(v, vn);
+    double *qd = ref_to_double(q, qn), *kd = NULL, *vd = NULL;
     for (int causal = 0; causal < 2; causal++) {
         int bad = 0;
-        size_t qdim[3] = {NB, Q, D}, kdim[3] = {NB, K, D}, vdim[3] = {NB, K, DV};
-        size_t odim[3] = {NB, Q, DV}, wdim[3] = {NB, Q, K};
-        clattn_tensor tq = tensor(ctx, CLATTN_FLOAT32, 3, qdim, q, &bad);
-        clattn_tensor tk = tensor(ctx, CLATTN_FLOAT32, 3, kdim, k, &bad);
-        clattn_tensor tv = tensor(ctx, CLATTN_FLOAT32, 3, vdim, v, &bad);
-        clattn_tensor to = tensor(ctx, CLATTN_FLOAT32, 3, odim, NULL, &bad);
-        clattn_tensor tw = tensor(ctx, CLATTN_FLOAT32, 3, wdim, NULL, &bad);
+        /* causal: Q (1, NB, Q, D) over K, V (1, 1, K, .), so the reference's K and V are batch
+         * 0's in both batches */
+        if (causal) {
+            memcpy(k + K * D, k, K * D * 4);
+            memcpy(v + K * DV, v, K * DV * 4);
+            free(kd);
+            free(vd);
+        }
+        kd = ref_to_double(k, kn);
+        vd = ref_to_double(v, vn);
+        size_t hkv = causal ? 1 : NB, rank = causal ? 4 : 3, o = 4 - rank; /* 3-D: dims from 1 */
+        size_t qdim[4] = {1, NB, Q, D}, kdim[4] = {1, hkv, K, D}, vdim[4] = {1, hkv, K, DV};
+        size_t odim[4] = {1, NB, Q, DV}, wdim[4] = {1, NB, Q, K};
+        clattn_tensor tq = tensor(ctx, CLATTN_FLOAT32, (int)rank, qdim + o, q, &bad);
+        clattn_tensor tk = tensor(ctx, CLATTN_FLOAT32, (int)rank, kdim + o, k, &bad);
+        clattn_tensor tv = tensor(ctx, CLATTN_FLOAT32, (int)rank, vdim + o, v, &bad);
+        clattn_tensor to = tensor(ctx, CLATTN_FLOAT32, (int)rank, odim + o, NULL, &bad);
+        clattn_tensor tw = tensor(ctx, CLATTN_FLOAT32, (int)rank, wdim + o, NULL, &bad);
         clattn_attention_opts opts;
         memset(&opts, 0, sizeof opts);
         if (causal) {

@@ -730,7 +730,7 @@ static void mha_run(demo *d, mha_case *c)
                   Wq = to_device(d, 2, wd, a->Wq), Wk = to_device(d, 2, wd, a->Wk),
                   Wv = to_device(d, 2, wd, a->Wv), Wo = to_device(d, 2, wd, a->Wo), out = empty(d, 3, od),
                   weights = empty(d, 4, attd);
-    clattn_mha_weights w = {a->heads, &Wq, &Wk, &Wv, &Wo, NULL, NULL, NULL, NULL};
+    clattn_mha_weights w = {a->heads, &Wq, &Wk, &Wv, &Wo, NULL, NULL, NULL, NULL, 0};
     clattn_attention_opts o = {0};
     o.mask = lens_mask(a->lens, a->lens ? 1 : 0, B, 0);
     o.mask.causal = a->causal;
