@@ -87,6 +87,12 @@ typedef struct {
 /* Default fill for masked scores: d2l's -1e6 (the tutorial uses -1e9). */
 #define CLATTN_DEFAULT_FILL (-1.0e6f)
 
+/* Where the causal and sliding-window diagonals of a (Q, K) score matrix sit. */
+typedef enum {
+    CLATTN_ALIGN_TOP_LEFT = 0,    /* row i's diagonal is key i (d2l, SDPA is_causal) */
+    CLATTN_ALIGN_BOTTOM_RIGHT = 1 /* key i + K - Q (FlashAttention >= 2.1, causal_lower_right) */
+} clattn_align;
+
 /*
  * What a softmax or attention op masks. Every part is optional and they combine (a key is blocked
  * when any part blocks it). A zero-initialised struct masks nothing.
@@ -100,7 +106,12 @@ typedef struct {
  *     are read back and rejected.
  * - mask: int32 0/1 tensor broadcastable (numpy rules, right-aligned) to the scores (..., Q, K);
  *   0 = blocked, as the tutorial's masked_fill(mask == 0, fill).
- * - causal: query row i sees keys j <= i (top-left aligned on Q x K).
+ * - causal: query row i sees keys j <= diag(i), its diagonal: i (align = CLATTN_ALIGN_TOP_LEFT,
+ *   the default) or i + K - Q (CLATTN_ALIGN_BOTTOM_RIGHT; rows i < Q - K then see no key).
+ * - window = 1: a sliding window, FlashAttention-2's semantics: row i sees keys j with
+ *   diag(i) - window_left <= j <= diag(i) + window_right, -1 meaning unbounded on that side
+ *   (other negative values are errors); with causal, window_right is 0 whatever it says.
+ *   window = 0 (the default) ignores window_left and window_right.
  * - fill: the value blocked scores get before the softmax; 0 means CLATTN_DEFAULT_FILL. Finite or
  *   -INFINITY (PyTorch's masked_fill(-inf)); NaN and +INFINITY are errors. With a finite fill a row
  *   with every key blocked gets uniform weights 1/K, as the reference does.
@@ -113,6 +124,9 @@ typedef struct {
     const clattn_tensor *mask;
     int causal;
     float fill;
+    int align; /* clattn_align: of causal and the window */
+    int window;
+    int window_left, window_right;
 } clattn_mask;
 
 /* Dropout on attention weights. p in [0, 1]; training = 0 makes it an exact no-op. The mask is a

@@ -3,7 +3,10 @@
  * Score layout: row-major (D0, D1, Q, K); a row r = (d0 * D1 + d1) * Q + q holds K keys.
  * Mask description (all optional, combined: a key is blocked when any part blocks it):
  *   lens, lens_off, lens_mode: 0 none; 1 one length per d0 (repeated over d1 and q); 2 one per (d0, q).
- *   causal:          key k is blocked when k > q.
+ *   win = (shift, left, right, 0): row q's diagonal is key q + shift (shift 0: top-left, K - Q:
+ *                    bottom-right); keys k < q + shift - left and k > q + shift + right are
+ *                    blocked, -1 meaning unbounded on that side (causal is right = 0). The host
+ *                    caps left and right at Q + K, so no sum overflows.
  *   mask, mask_off, ms: int 0/1, element (d0, d1, q, k) at mask[mask_off + ms.x*d0 + ms.y*d1 + ms.z*q + ms.w*k]
  *                    (strides 0 where the mask broadcasts); NULL = no mask tensor; 0 = blocked.
  * Blocked scores take the value `fill` before the softmax, exactly as masked_fill does. */
@@ -13,9 +16,9 @@
 /* Helpers are `static inline`: a plain C99 `inline` function has no definition of its own, so a
  * compiler that declines to inline it (or -cl-opt-disable) leaves an unresolved symbol. */
 
-/* Keys k >= the returned limit are blocked by lengths or causality. */
+/* Keys k >= the returned limit are blocked by lengths, the window's right side or causality. */
 static inline int clattn_row_limit(int d0, int q, int K, __global const int *lens, int lens_off,
-                                   int lens_mode, int Q, int causal)
+                                   int lens_mode, int Q, int4 win)
 {
     int limit = K;
     if (lens_mode == 1)
@@ -23,9 +26,15 @@ static inline int clattn_row_limit(int d0, int q, int K, __global const int *len
     else if (lens_mode == 2)
         limit = lens[lens_off + d0 * Q + q];
     limit = clamp(limit, 0, K); /* device lengths cannot be checked on the host without a sync */
-    if (causal)
-        limit = min(limit, q + 1);
+    if (win.z >= 0)
+        limit = clamp(q + win.x + win.z + 1, 0, limit);
     return limit;
+}
+
+/* Keys k < the returned bound are blocked by the window's left side (0 when it has none). */
+static inline int clattn_row_lo(int q, int K, int4 win)
+{
+    return win.y >= 0 ? clamp(q + win.x - win.y, 0, K) : 0;
 }
 
 /* Start of this row's mask entries, or NULL when there is no mask tensor. */
@@ -35,10 +44,10 @@ static inline __global const int *clattn_mask_row(__global const int *mask, int 
     return mask ? mask + mask_off + ms.x * d0 + ms.y * d1 + ms.z * q : 0;
 }
 
-static inline float clattn_masked(float x, int k, int limit, __global const int *mrow, int msk,
-                                  float fill)
+static inline float clattn_masked(float x, int k, int lo, int limit, __global const int *mrow,
+                                  int msk, float fill)
 {
-    int ok = k < limit && (!mrow || mrow[msk * k] != 0);
+    int ok = k >= lo && k < limit && (!mrow || mrow[msk * k] != 0);
     return ok ? x : fill;
 }
 

@@ -19,11 +19,13 @@
  * - A running maximum still at -inf (every key so far blocked with fill = -inf) is replaced by 0
  *   when subtracted, so exp(-inf - -inf) never makes NaN; a row whose every key is blocked with
  *   -inf ends as 0/0 = NaN, as PyTorch's softmax gives; a finite fill gives uniform weights.
- * - A key block past every row's length/causal limit is skipped once each row's running max
- *   exceeds fill + 120: from then on exp(fill - max) is exactly 0 in float32. Outputs stay those
- *   of IEEE arithmetic, weights @ V, as in PyTorch: the skipped keys' zero weights times their
- *   value rows are added as one precomputed vector per block suffix (vt, see flash_vtail), 0 for
- *   finite values and NaN where a column holds a NaN or an infinity.
+ * - A key block past every row's length, causal or window limit is skipped once each row's
+ *   running max exceeds fill + 120: from then on exp(fill - max) is exactly 0 in float32. Key
+ *   blocks below every row's sliding window are taken last, and skipped the same way. Outputs
+ *   stay those of IEEE arithmetic, weights @ V, as in PyTorch: the skipped keys' zero weights
+ *   times their value rows are added as one precomputed vector per block suffix (vt, see
+ *   flash_vtail) or prefix (vh, flash_vhead), 0 for finite values and NaN where a column holds a
+ *   NaN or an infinity.
  * - NaN scores (NaN in Q or in an open key's K) make their row NaN, as in PyTorch.
  * Dropout element (bb, q, k) uses stream index (bb * nq + q) * nk + k, as the unfused weights.
  *
@@ -92,7 +94,7 @@
 
 #define FLASH_MASK_PARAMS                                                                        \
     int D1, int G, __global const int *lens, int lens_off, int lens_mode,                       \
-        __global const int *mask, int mask_off, int4 ms, int causal, float fill
+        __global const int *mask, int mask_off, int4 ms, int4 win, float fill
 #define FLASH_DROP_PARAMS int drop, uint2 seed, uint2 offset, uint threshold, float dscale
 
 /* element (row, 0) of batch bb in an operand with layout l (see the top of the file) */
@@ -124,18 +126,35 @@ __kernel void flash_pack_v(__global const float *V, int4 vl, int D1, int nk, int
         dst[c] = (k < nk && c < dv) ? src[c] : 0.0f;
 }
 
+/* Lanes -1 where one of the 16 values from src (columns c0.., only those below dv read) is a NaN
+ * or an infinity. The test is on the exponent bits, not 0 * v: Mesa's llvmpipe folds a product
+ * with a constant 0 to 0, which IEEE arithmetic does not allow. */
+static inline int16 nonfinite16(__global const float *src, int c0, int dv)
+{
+    const int16 expo = (int16)(0x7f800000);
+    if (c0 + 16 <= dv)
+        return (as_int16(vload16(0, src)) & expo) == expo;
+    int t[16];
+    for (int i = 0; i < 16; i++)
+        t[i] = c0 + i < dv ? as_int(src[i]) : 0;
+    return (vload16(0, t) & expo) == expo;
+}
+
+/* The zero-weight sum of flags: NaN in the lanes that saw a NaN or an infinity, else 0. */
+static inline float16 flag_sum16(int16 nonfinite)
+{
+    return select((float16)(0.0f), as_float16((int16)(0x7fc00000)), nonfinite);
+}
+
 /* vt[bb][blk][c] = sum over keys k >= blk * BKS of 0 * V[bb][k][c] (IEEE: 0 for finite values, NaN
  * once a column holds a NaN or an infinity), for c < DVP (0 past dv). A row that skips the keys
  * from blk * BKS on adds vt[bb][blk] to its outputs, as weights @ V would with their zero weights.
  * One work-item per 16 columns of one batch, walking keys [k_lo, k_hi) backwards (k_hi nk or a
- * multiple of BKS; the host runs the ranges from the last one down). The test for a NaN or an
- * infinity is on the exponent bits, not 0 * v: Mesa's llvmpipe folds a product with a constant 0
- * to 0, which IEEE arithmetic does not allow. */
+ * multiple of BKS; the host runs the ranges from the last one down). */
 __kernel void flash_vtail(__global const float *V, int4 vl, int D1, int nk, int dv, int BKS,
                           int nblk, __global float *vt, int vt_off, int k_lo, int k_hi)
 {
     int c0 = 16 * get_global_id(0), bb = get_global_id(1);
-    const int16 expo = (int16)(0x7f800000);
     __global float *out = vt + vt_off + (size_t)bb * nblk * DVP + c0;
     /* lanes -1 once their column held a NaN or an infinity, at keys from k_hi on: the launch for
      * those keys (see flash.c) left its sums at block k_hi / BKS */
@@ -143,27 +162,39 @@ __kernel void flash_vtail(__global const float *V, int4 vl, int D1, int nk, int 
     if (k_hi < nk)
         nonfinite = as_int16(vload16(0, out + (size_t)(k_hi / BKS) * DVP)) != (int16)(0);
     for (int k = k_hi - 1; k >= k_lo; k--) {
-        __global const float *src = V + flash_at(vl, D1, bb, k) + c0;
-        if (c0 + 16 <= dv) {
-            nonfinite |= (as_int16(vload16(0, src)) & expo) == expo;
-        } else {
-            int t[16];
-            for (int i = 0; i < 16; i++)
-                t[i] = c0 + i < dv ? as_int(src[i]) : 0;
-            nonfinite |= (vload16(0, t) & expo) == expo;
-        }
+        nonfinite |= nonfinite16(V + flash_at(vl, D1, bb, k) + c0, c0, dv);
         if (k % BKS == 0)
-            vstore16(select((float16)(0.0f), as_float16((int16)(0x7fc00000)), nonfinite), 0,
-                     out + (size_t)(k / BKS) * DVP);
+            vstore16(flag_sum16(nonfinite), 0, out + (size_t)(k / BKS) * DVP);
     }
 }
 
+/* vh[bb][blk][c] = sum over keys k < blk * BKS of 0 * V[bb][k][c], as flash_vtail, for rows that
+ * skip the blocks below their window (vh[bb][0] is 0). Keys [k_lo, k_hi) forwards (k_lo a
+ * multiple of BKS; the host runs the ranges from the first one up): each launch also leaves its
+ * sums at block k_hi / BKS for the next. */
+__kernel void flash_vhead(__global const float *V, int4 vl, int D1, int nk, int dv, int BKS,
+                          int nblk, __global float *vh, int vh_off, int k_lo, int k_hi)
+{
+    int c0 = 16 * get_global_id(0), bb = get_global_id(1);
+    __global float *out = vh + vh_off + (size_t)bb * nblk * DVP + c0;
+    int16 nonfinite = (int16)(0);
+    if (k_lo > 0)
+        nonfinite = as_int16(vload16(0, out + (size_t)(k_lo / BKS) * DVP)) != (int16)(0);
+    for (int k = k_lo; k < k_hi; k++) {
+        if (k % BKS == 0)
+            vstore16(flag_sum16(nonfinite), 0, out + (size_t)(k / BKS) * DVP);
+        nonfinite |= nonfinite16(V + flash_at(vl, D1, bb, k) + c0, c0, dv);
+    }
+    if (k_hi % BKS == 0 && k_hi / BKS < nblk)
+        vstore16(flag_sum16(nonfinite), 0, out + (size_t)(k_hi / BKS) * DVP);
+}
+
 /* Scores of one row for 16 keys from kidx: masked (fill) or padding (-inf). */
-static inline float16 mask16(float16 s, int kidx, int nk, int limit, __global const int *mrow, int msk,
-                      float fill)
+static inline float16 mask16(float16 s, int kidx, int nk, int lo, int limit,
+                             __global const int *mrow, int msk, float fill)
 {
     int16 idx = (int16)(kidx) + LANES16;
-    int16 ok = idx < (int16)(limit);
+    int16 ok = idx >= (int16)(lo) & idx < (int16)(limit);
     if (mrow) {
         int16 m;
         if (msk == 1 && kidx + 16 <= nk) {
@@ -240,14 +271,32 @@ static inline float16 exp2_neg16(float16 x)
 /* the QR running-max corrections exp(m_old - m_new) as one vector (lanes past QR stay 1) */
 #define CORR_EXP(t) vstore16(exp2_neg16(vload16(0, t)), 0, t)
 
+/* The 16 columns from c0 of the zero-weight sums of skipped value rows: a suffix from block
+ * `tail` (vt, tail >= 0) and a prefix below block `head` (vh, head > 0), each NULL when unused. */
+static inline float16 skipped16(__global const float *vt, __global const float *vh, size_t row,
+                                int tail, int head, int c0)
+{
+    float16 z = (float16)(0.0f);
+    if (vt && tail >= 0)
+        z += vload16(0, vt + (row + tail) * DVP + c0);
+    if (vh && head > 0)
+        z += vload16(0, vh + (row + head) * DVP + c0);
+    return z;
+}
+
 /* kt: packed K; V rows (zero-padded to DVP columns and to nblk * KB keys) with layout vl, packed
  * by flash_pack_v or, when they need no padding, the caller's V itself; vt: flash_vtail's sums
- * with BKS = KB, or NULL when no row can skip keys (no lengths, not causal); all three per K/V
- * batch. */
+ * with BKS = KB, or NULL when no row can skip trailing keys (no lengths, causality or window
+ * right side); vh: flash_vhead's, or NULL when no window has a left side; all per K/V batch.
+ * Key blocks are taken from the item's first block (the lowest of its rows' windows) on, then
+ * the blocks below it: those are blocked for every row of the item, and are skipped outright
+ * (their zero-weight sums from vh) unless some row's maximum is still within NEGLIGIBLE of the
+ * fill when they come (every key so far blocked, or a fill near the scores). */
 __kernel void flash_cpu(__global const float *Q, int4 ql, __global const float *kt,
                         __global const float *V, int4 vl, __global const float *vt,
-                        int vt_off, __global float *O, int4 ol, int nq, int nk, int d, int dv,
-                        int nblk, float scale, FLASH_MASK_PARAMS, FLASH_DROP_PARAMS)
+                        int vt_off, __global const float *vh, int vh_off, __global float *O,
+                        int4 ol, int nq, int nk, int d, int dv, int nblk, float scale,
+                        FLASH_MASK_PARAMS, FLASH_DROP_PARAMS)
 {
     int item = get_global_id(0), bb = get_global_id(1);
     if (item * QG * QR >= nq)
@@ -256,20 +305,25 @@ __kernel void flash_cpu(__global const float *Q, int4 ql, __global const float *
     const float negligible = fill + NEGLIGIBLE;
     /* state of the QG row groups, kept in memory between key blocks; a group is done once it
      * skips the rest of the keys */
-    int grow[QG][QR], glimit[QG][QR], gmax[QG], gmin[QG], gdone[QG];
+    int grow[QG][QR], glimit[QG][QR], glo[QG][QR], gmax[QG], gmin[QG], gmaxlo[QG], gdone[QG];
+    int first = nblk - 1; /* the item's first key block */
     float gm[QG][QR];
     float16 gl[QG][QR], gacc[QG][QR][NVD];
     for (int gi = 0; gi < QG; gi++) {
         gmax[gi] = 0;
         gmin[gi] = nk;
+        gmaxlo[gi] = 0;
         gdone[gi] = 0;
         #pragma unroll
         for (int r = 0; r < QR; r++) {
             int q = min((item * QG + gi) * QR + r, nq - 1); /* rows past nq recompute the last one */
             grow[gi][r] = q;
-            glimit[gi][r] = clattn_row_limit(d0, q, nk, lens, lens_off, lens_mode, nq, causal);
+            glimit[gi][r] = clattn_row_limit(d0, q, nk, lens, lens_off, lens_mode, nq, win);
+            glo[gi][r] = clattn_row_lo(q, nk, win);
             gmax[gi] = max(gmax[gi], glimit[gi][r]);
             gmin[gi] = min(gmin[gi], glimit[gi][r]);
+            gmaxlo[gi] = max(gmaxlo[gi], glo[gi][r]);
+            first = min(first, glo[gi][r] / KB);
             gm[gi][r] = -INFINITY;
             gl[gi][r] = (float16)(0.0f);
             #pragma unroll
@@ -277,8 +331,9 @@ __kernel void flash_cpu(__global const float *Q, int4 ql, __global const float *
                 gacc[gi][r][c] = (float16)(0.0f);
         }
     }
-    for (int blk = 0; blk < nblk; blk++) {
-        int kbase = blk * KB, any = 0;
+    for (int it = 0; it < nblk; it++) {
+        int blk = it + first < nblk ? it + first : it + first - nblk;
+        int kbase = blk * KB, any = 0, lead = blk < first; /* lead: blocked for every row */
         __global const float *ktb = kt + (size_t)(kb * nblk + blk) * d * KB;
         __global const float *vb = V + flash_at(vl, D1 / G, kb, kbase);
         #pragma unroll 1
@@ -294,12 +349,15 @@ __kernel void flash_cpu(__global const float *Q, int4 ql, __global const float *
                 m[r] = gm[gi][r];
                 all_negligible &= m[r] > negligible;
             }
-            if (kbase >= gmax[gi] && all_negligible) {
-                /* every later key of this group is blocked and weighs exactly 0 */
+            if (all_negligible && (lead || kbase >= gmax[gi])) {
+                /* every key left for this group is blocked and weighs exactly 0: from this block
+                 * to the end unless it is a lead block, and the lead blocks (all of them: a row
+                 * that was not negligible when they began stays so through blocked keys) */
                 gdone[gi] = 1;
                 #pragma unroll
-                for (int c = 0; c < NVD && vt; c++) {
-                    float16 z = vload16(c, vt + vt_off + (size_t)(kb * nblk + blk) * DVP);
+                for (int c = 0; c < NVD; c++) {
+                    float16 z = skipped16(vt ? vt + vt_off : 0, vh ? vh + vh_off : 0,
+                                          (size_t)kb * nblk, lead ? -1 : blk, first, 16 * c);
                     #pragma unroll
                     for (int r = 0; r < QR; r++)
                         gacc[gi][r][c] += z;
@@ -335,15 +393,15 @@ __kernel void flash_cpu(__global const float *Q, int4 ql, __global const float *
                 #pragma unroll
                 for (int j = 0; j < NKV; j++)
                     s[r][j] *= (float16)(scale);
-            if (mask || kbase + KB > gmin[gi]) { /* some key of the block is blocked or padding */
+            if (mask || kbase + KB > gmin[gi] || kbase < gmaxlo[gi]) { /* blocked or padding keys */
                 #pragma unroll
                 for (int r = 0; r < QR; r++) {
                     __global const int *mrow =
                         clattn_mask_row(mask, mask_off, ms, d0, d1, grow[gi][r]);
                     #pragma unroll
                     for (int j = 0; j < NKV; j++)
-                        s[r][j] = mask16(s[r][j], kbase + 16 * j, nk, glimit[gi][r], mrow, ms.w,
-                                         fill);
+                        s[r][j] = mask16(s[r][j], kbase + 16 * j, nk, glo[gi][r], glimit[gi][r],
+                                         mrow, ms.w, fill);
                 }
             }
             float16 pb[QR][NKV], ps[QR]; /* probabilities, read back one key at a time in P V */
@@ -449,23 +507,30 @@ __kernel void flash_cpu(__global const float *Q, int4 ql, __global const float *
  * them for the next: the unnormalised outputs in O, and (max, sum, the block where the group's
  * vote stopped or -1) per row in part at part_off, (nb, nq, 3) floats. The host splits the keys
  * so only on a device that bounds a work-item's loop iterations (flash.c); one launch of all keys
- * takes no part, and a split computes bit for bit what one launch does. */
+ * takes no part, and a split computes bit for bit what one launch does.
+ * vt, vh: flash_vtail's and flash_vhead's sums (BKS = BK) or NULL, as for flash_cpu. The tiles
+ * are taken from the group's first (the lowest of its rows' windows) on, then the tiles below it,
+ * skipped outright unless some row is not yet negligible (see flash_cpu); a split divides that
+ * sequence, [k_lo, k_hi) counting tiles from the group's first. The stop is the tile where the
+ * group's vote stopped in the first part (it skips the rest and the lead tiles), nblk where it
+ * stopped at the lead tiles, or -1. */
 __kernel __attribute__((reqd_work_group_size(BQ, 1, 1)))
 void flash_gpu(__global const float *Q, int4 ql, __global const float *K, int4 kl,
                __global const float *V, int4 vl, __global const float *vt, int vt_off,
-               int nblk, __global float *O, int4 ol, int nq, int nk, int d, int dv, float scale,
-               int k_lo, int k_hi, __global float *part, int part_off, FLASH_MASK_PARAMS,
-               FLASH_DROP_PARAMS)
+               __global const float *vh, int vh_off, int nblk, __global float *O, int4 ol, int nq,
+               int nk, int d, int dv, float scale, int k_lo, int k_hi, __global float *part,
+               int part_off, FLASH_MASK_PARAMS, FLASH_DROP_PARAMS)
 {
     __local float Ks[BK][DP + 1]; /* +1: rows land in different banks */
     __local float Vs[BK][DVP];
-    __local int need;
+    __local int need, lo_min;
     __local int resumed_stop[1]; /* an array: clang takes a __local scalar that one item writes
                                     for a private one and warns that the others read it unset */
     int t = get_local_id(0), bb = get_group_id(1);
     int row = get_group_id(0) * BQ + t, rowc = min(row, nq - 1);
     int d0 = bb / D1, d1 = bb % D1, kb = d0 * (D1 / G) + d1 / G; /* kb: the K/V batch */
-    int limit = clattn_row_limit(d0, rowc, nk, lens, lens_off, lens_mode, nq, causal);
+    int limit = clattn_row_limit(d0, rowc, nk, lens, lens_off, lens_mode, nq, win);
+    int lo = clattn_row_lo(rowc, nk, win);
     __global const int *mrow = clattn_mask_row(mask, mask_off, ms, d0, d1, rowc);
     __global float *orow = O + flash_at(ol, D1, bb, rowc);
     __global float *st = part ? part + part_off + ((size_t)bb * nq + rowc) * 3 : 0;
@@ -485,18 +550,30 @@ void flash_gpu(__global const float *Q, int4 ql, __global const float *K, int4 k
     }
     if (t == 0)
         resumed_stop[0] = k_lo > 0 ? as_int(st[2]) : -1;
+    if (t == 0)
+        lo_min = nk;
     barrier(CLK_LOCAL_MEM_FENCE);
-    int stop = resumed_stop[0]; /* the key block where the group stopped, -1: none */
-    int kbase;
-    for (kbase = k_lo; stop < 0 && kbase < k_hi; kbase += BK) {
+    int stop = resumed_stop[0]; /* see above */
+    int first = 0; /* the group's first tile */
+    if (vh) {
+        if (row < nq)
+            atomic_min(&lo_min, lo);
+        barrier(CLK_LOCAL_MEM_FENCE);
+        first = min(lo_min / BK, nblk - 1);
+    }
+    for (int it = k_lo / BK; stop < 0 && it * BK < k_hi; it++) {
+        int tile = it + first < nblk ? it + first : it + first - nblk;
+        int kbase = tile * BK, lead = tile < first; /* lead: blocked for every row */
         if (t == 0)
             need = 0;
         barrier(CLK_LOCAL_MEM_FENCE);
-        if (row < nq && (kbase < limit || !(m > fill + NEGLIGIBLE)))
+        if (row < nq && ((!lead && kbase < limit) || !(m > fill + NEGLIGIBLE)))
             atomic_or(&need, 1);
         barrier(CLK_LOCAL_MEM_FENCE);
         if (!need) {
-            stop = kbase / BK; /* uniform: every row's remaining keys are blocked and negligible */
+            /* uniform: every row's remaining keys are blocked and negligible (the lead tiles
+             * too: a row not negligible when they begin stays so through blocked keys) */
+            stop = lead ? nblk : tile;
             break;
         }
         for (int i = t; i < BK * DP; i += BQ) {
@@ -516,7 +593,7 @@ void flash_gpu(__global const float *Q, int4 ql, __global const float *K, int4 k
             for (int e = 0; e < DP; e++)
                 a = mad(q[e], Ks[k][e], a);
             int kk = kbase + k;
-            a = clattn_masked(a * scale, kk, limit, mrow, ms.w, fill);
+            a = clattn_masked(a * scale, kk, lo, limit, mrow, ms.w, fill);
             s[k] = kk < nk ? a : -INFINITY;
             bm = fmax(bm, s[k]);
         }
@@ -548,7 +625,16 @@ void flash_gpu(__global const float *Q, int4 ql, __global const float *K, int4 k
         return;
     }
     float inv = 1.0f / l;
-    __global const float *z = vt && stop >= 0 ? vt + vt_off + ((size_t)kb * nblk + stop) * DVP : 0;
-    for (int c = 0; c < dv; c++)
-        orow[c] = (z ? acc[c] + z[c] : acc[c]) * inv;
+    __global const float *z =
+        vt && stop >= 0 && stop < nblk ? vt + vt_off + ((size_t)kb * nblk + stop) * DVP : 0;
+    __global const float *zh =
+        vh && first > 0 && stop >= 0 ? vh + vh_off + ((size_t)kb * nblk + first) * DVP : 0;
+    for (int c = 0; c < dv; c++) {
+        float a = acc[c];
+        if (z)
+            a += z[c];
+        if (zh)
+            a += zh[c];
+        orow[c] = a * inv;
+    }
 }

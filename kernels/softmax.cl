@@ -24,7 +24,7 @@
 
 #define MASK_PARAMS                                                                              \
     int Q, int D1, __global const int *lens, int lens_off, int lens_mode,                        \
-        __global const int *mask, int mask_off, int4 ms, int causal, float fill
+        __global const int *mask, int mask_off, int4 ms, int4 win, float fill
 
 #if VW == 16
 #define floatV float16
@@ -41,11 +41,12 @@
 #endif
 
 /* VW masked scores starting at key k (all < K). */
-static inline floatV masked_vec(__global const float *x, int k, int limit,
+static inline floatV masked_vec(__global const float *x, int k, int lo, int limit,
                                 __global const int *mrow, int msk, float fill)
 {
     floatV v = vloadV(0, x + k);
-    intV ok = (intV)(k) + LANES < (intV)(limit);
+    intV idx = (intV)(k) + LANES;
+    intV ok = idx >= (intV)(lo) & idx < (intV)(limit);
     if (mrow) {
         intV m = msk == 1 ? vloadV(0, mrow + k) : (intV)(mrow[msk * k]);
         if (msk != 1)
@@ -81,9 +82,10 @@ static inline float hsum(floatV v)
     return ((h.s0 + h.s1) + (h.s2 + h.s3)) + ((h.s4 + h.s5) + (h.s6 + h.s7));
 }
 
-/* A row blocked only by lengths or causality: keys [0, limit) are live and every key past them
- * holds the same fill value, so its exponential is computed once, the blocked scores are never
- * read, and the blocked outputs are one constant. Same result as masking every element first. */
+/* A row blocked only by lengths, causality or a window's right side: keys [0, limit) are live
+ * and every key past them holds the same fill value, so its exponential is computed once, the
+ * blocked scores are never read, and the blocked outputs are one constant. Same result as
+ * masking every element first. */
 static inline void softmax_prefix(__global const float *xr, __global float *yr, int K, int limit,
                                   float fill)
 {
@@ -132,11 +134,12 @@ __kernel void masked_softmax_rows(__global const float *x, int x_off, __global f
     if (r >= nrows)
         return;
     int q = r % Q, d01 = r / Q, d0 = d01 / D1, d1 = d01 % D1;
-    int limit = clattn_row_limit(d0, q, K, lens, lens_off, lens_mode, Q, causal);
+    int limit = clattn_row_limit(d0, q, K, lens, lens_off, lens_mode, Q, win);
+    int lo = clattn_row_lo(q, K, win);
     __global const int *mrow = clattn_mask_row(mask, mask_off, ms, d0, d1, q);
     __global const float *xr = x + x_off + (size_t)r * K;
     __global float *yr = y + y_off + (size_t)r * K;
-    if (!mrow) {
+    if (!mrow && lo == 0) {
         softmax_prefix(xr, yr, K, limit, fill);
         return;
     }
@@ -145,20 +148,20 @@ __kernel void masked_softmax_rows(__global const float *x, int x_off, __global f
     floatV mv = (floatV)(-INFINITY);
     float m = -INFINITY;
     for (k = 0; k < kv; k += VW)
-        mv = fmax(mv, masked_vec(xr, k, limit, mrow, ms.w, fill));
+        mv = fmax(mv, masked_vec(xr, k, lo, limit, mrow, ms.w, fill));
     for (; k < K; k++)
-        m = fmax(m, clattn_masked(xr[k], k, limit, mrow, ms.w, fill));
+        m = fmax(m, clattn_masked(xr[k], k, lo, limit, mrow, ms.w, fill));
     m = fmax(m, hmax(mv));
 
     floatV sv = (floatV)(0.0f);
     float s = 0.0f;
     for (k = 0; k < kv; k += VW) {
-        floatV e = exp(masked_vec(xr, k, limit, mrow, ms.w, fill) - (floatV)(m));
+        floatV e = exp(masked_vec(xr, k, lo, limit, mrow, ms.w, fill) - (floatV)(m));
         sv += e;
         vstoreV(e, 0, yr + k);
     }
     for (; k < K; k++) {
-        float e = exp(clattn_masked(xr[k], k, limit, mrow, ms.w, fill) - m);
+        float e = exp(clattn_masked(xr[k], k, lo, limit, mrow, ms.w, fill) - m);
         s += e;
         yr[k] = e;
     }
@@ -178,14 +181,15 @@ void masked_softmax_wg(__global const float *x, int x_off, __global float *y, in
     __local float red[WG];
     int r = get_group_id(0), t = get_local_id(0);
     int q = r % Q, d01 = r / Q, d0 = d01 / D1, d1 = d01 % D1;
-    int limit = clattn_row_limit(d0, q, K, lens, lens_off, lens_mode, Q, causal);
+    int limit = clattn_row_limit(d0, q, K, lens, lens_off, lens_mode, Q, win);
+    int lo = clattn_row_lo(q, K, win);
     __global const int *mrow = clattn_mask_row(mask, mask_off, ms, d0, d1, q);
     __global const float *xr = x + x_off + (size_t)r * K;
     __global float *yr = y + y_off + (size_t)r * K;
 
     float m = -INFINITY;
     for (int k = t; k < K; k += WG)
-        m = fmax(m, clattn_masked(xr[k], k, limit, mrow, ms.w, fill));
+        m = fmax(m, clattn_masked(xr[k], k, lo, limit, mrow, ms.w, fill));
     red[t] = m;
     barrier(CLK_LOCAL_MEM_FENCE);
     for (int w = WG / 2; w > 0; w >>= 1) {
@@ -198,7 +202,7 @@ void masked_softmax_wg(__global const float *x, int x_off, __global float *y, in
 
     float s = 0.0f;
     for (int k = t; k < K; k += WG) {
-        float e = exp(clattn_masked(xr[k], k, limit, mrow, ms.w, fill) - m);
+        float e = exp(clattn_masked(xr[k], k, lo, limit, mrow, ms.w, fill) - m);
         s += e;
         yr[k] = e;
     }

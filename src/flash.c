@@ -70,13 +70,14 @@ static clattn_status set_tail(clattn_context *ctx, cl_kernel k, cl_uint first,
                               const clattn_mask_args *m, const flash_args *a)
 {
     clattn_status st = CLATTN_SUCCESS;
-    const void *ptr[] = {&m->D1, &a->G, &m->lens, &m->lens_off, &m->lens_mode, &m->mask, &m->mask_off,
-                         &m->ms, &m->causal, &m->fill, &a->drop, &a->seed, &a->offset,
-                         &a->threshold, &a->dscale};
-    const size_t size[] = {sizeof m->D1, sizeof a->G, sizeof m->lens, sizeof m->lens_off, sizeof m->lens_mode,
-                           sizeof m->mask, sizeof m->mask_off, sizeof m->ms, sizeof m->causal,
-                           sizeof m->fill, sizeof a->drop, sizeof a->seed, sizeof a->offset,
-                           sizeof a->threshold, sizeof a->dscale};
+    const void *ptr[] = {&m->D1,   &a->G,       &m->lens,    &m->lens_off, &m->lens_mode,
+                         &m->mask, &m->mask_off, &m->ms,     &m->win,      &m->fill,
+                         &a->drop, &a->seed,    &a->offset, &a->threshold, &a->dscale};
+    const size_t size[] = {sizeof m->D1,   sizeof a->G,        sizeof m->lens,
+                           sizeof m->lens_off, sizeof m->lens_mode, sizeof m->mask,
+                           sizeof m->mask_off, sizeof m->ms,      sizeof m->win,
+                           sizeof m->fill,     sizeof a->drop,    sizeof a->seed,
+                           sizeof a->offset,   sizeof a->threshold, sizeof a->dscale};
     for (cl_uint i = 0; i < sizeof size / sizeof size[0]; i++)
         CHECK_CL(ctx, clSetKernelArg(k, first + i, size[i], ptr[i]), "clSetKernelArg(flash)");
 fail:
@@ -100,11 +101,17 @@ clattn_flash_operand clattn__flash_operand(const clattn_tensor *t, int D1)
     return clattn__flash_strided(t->buf, t->offset, (size_t)D1 * rows * cols, rows * cols, cols);
 }
 
-/* Only rows with a length or causal limit skip keys, and only they need the zero-weight sums of
- * the skipped value rows (kernels/flash.cl, flash_vtail). */
+/* Only rows with a length, causal or window limit skip trailing keys, and only they need the
+ * zero-weight sums of the skipped value rows (kernels/flash.cl, flash_vtail); rows with a
+ * window's left side skip leading keys (flash_vhead). */
 static int needs_vtail(const clattn_mask_args *m)
 {
-    return m->lens_mode != 0 || m->causal;
+    return clattn__mask_limits_rows(m);
+}
+
+static int needs_vhead(const clattn_mask_args *m)
+{
+    return clattn__mask_has_left(m);
 }
 
 /* Loop iterations of one flash_vtail work-item per key (fixed: outside the key loop), counted as
@@ -116,13 +123,15 @@ static long vtail_loops_per_key(int dv)
 }
 
 /* vt (nbkv, nblk, dvp) at element vt_off of buf from the value rows of V (batches (D0, D1kv)),
- * in blocks of bks keys: one launch, or under a loop budget key ranges of whole blocks from the
- * last one down. */
-static clattn_status enqueue_vtail(clattn_context *ctx, const char *defines,
+ * in blocks of bks keys: flash_vtail's suffix sums, or with head flash_vhead's prefix sums. One
+ * launch, or under a loop budget key ranges of whole blocks, the suffix sums from the last range
+ * down, the prefix sums from the first up. */
+static clattn_status enqueue_vsums(clattn_context *ctx, const char *defines,
                                    const clattn_flash_operand *V, const flash_args *a, int dv,
                                    int bks, int nblk, int dvp, cl_mem buf, size_t vt_off,
-                                   long budget)
+                                   long budget, int head)
 {
+    const char *name = head ? "flash_vhead" : "flash_vtail";
     clattn_status st = CLATTN_SUCCESS;
     cl_kernel k;
     int off = (int)vt_off;
@@ -132,14 +141,15 @@ static clattn_status enqueue_vtail(clattn_context *ctx, const char *defines,
                                 (size_t)nblk, &blocks, "attention: flash_vtail's block of %d keys",
                                 bks));
     int span = blocks < (size_t)nblk ? (int)blocks * bks : nk;
-    CHECK_ST(clattn__get_kernel(ctx, "flash.cl", defines, "flash_vtail", &k));
+    CHECK_ST(clattn__get_kernel(ctx, "flash.cl", defines, name, &k));
     size_t gws[2] = {(size_t)dvp / 16, a->nbkv}, lws[2] = {1, 1};
-    for (int k_lo = (nk - 1) / span * span; k_lo >= 0; k_lo -= span) {
-        int k_hi = k_lo + span < nk ? k_lo + span : nk;
-        CHECK_ST(clattn__set_args(ctx, k, "flash_vtail", ARG(V->buf), ARG(V->l), ARG(a->D1kv),
-                                  ARG(nk), ARG(dv), ARG(bks), ARG(nblk), ARG(buf), ARG(off),
-                                  ARG(k_lo), ARG(k_hi), ARGS_END));
-        CHECK_ST(clattn__launch(ctx, k, 2, gws, lws, "flash_vtail"));
+    int last = (nk - 1) / span * span;
+    for (int i = 0; i <= last; i += span) {
+        int k_lo = head ? i : last - i, k_hi = k_lo + span < nk ? k_lo + span : nk;
+        CHECK_ST(clattn__set_args(ctx, k, name, ARG(V->buf), ARG(V->l), ARG(a->D1kv), ARG(nk),
+                                  ARG(dv), ARG(bks), ARG(nblk), ARG(buf), ARG(off), ARG(k_lo),
+                                  ARG(k_hi), ARGS_END));
+        CHECK_ST(clattn__launch(ctx, k, 2, gws, lws, name));
     }
 fail:
     return st;
@@ -168,7 +178,9 @@ static clattn_status enqueue_cpu(clattn_context *ctx, const clattn_tuning *tune,
      * V rows that need no padding and lie one after another are read in place. */
     int v_packed = a->dv != dvp || a->nk % KB != 0 || V->l.s[3] != a->dv;
     size_t nkt = nbkv * nblk * KB * a->d, nvp = v_packed ? nbkv * nblk * KB * dvp : 0;
-    size_t nvt = needs_vtail(m) ? nbkv * nblk * dvp : 0, total = nkt + nvp + nvt;
+    size_t nvt = needs_vtail(m) ? nbkv * nblk * dvp : 0;
+    size_t nvh = needs_vhead(m) ? nbkv * nblk * dvp : 0;
+    size_t total = nkt + nvp + nvt + nvh;
     CHECK(ctx, total <= (size_t)INT32_MAX, CLATTN_ERROR_UNSUPPORTED,
           "attention: packed K and V of %zu elements exceed 32-bit indexing", total);
     CHECK_ST(clattn__scratch(ctx, CLATTN_SCRATCH_ATTN, total * 4, &buf));
@@ -191,15 +203,17 @@ static clattn_status enqueue_cpu(clattn_context *ctx, const clattn_tuning *tune,
         vrows = clattn__flash_strided(buf, nkt, (size_t)a->D1kv * per_batch, per_batch, dvp);
     }
     /* the V rows are dvp wide here (zero-padded, or in place only when dv == dvp) */
+    int vt_off = (int)(nkt + nvp), vh_off = (int)(nkt + nvp + nvt);
     if (nvt)
-        CHECK_ST(enqueue_vtail(ctx, defines, &vrows, a, dvp, KB, nblk, dvp, buf, nkt + nvp, 0));
-    cl_mem vt = nvt ? buf : NULL;
-    int vt_off = (int)(nkt + nvp);
+        CHECK_ST(enqueue_vsums(ctx, defines, &vrows, a, dvp, KB, nblk, dvp, buf, vt_off, 0, 0));
+    if (nvh)
+        CHECK_ST(enqueue_vsums(ctx, defines, &vrows, a, dvp, KB, nblk, dvp, buf, vh_off, 0, 1));
+    cl_mem vt = nvt ? buf : NULL, vh = nvh ? buf : NULL;
     CHECK_ST(clattn__set_args(ctx, kf, "flash_cpu", ARG(Q->buf), ARG(Q->l), ARG(buf),
-                              ARG(vrows.buf), ARG(vrows.l), ARG(vt), ARG(vt_off), ARG(out->buf),
-                              ARG(out->l), ARG(a->nq), ARG(a->nk), ARG(a->d), ARG(a->dv),
-                              ARG(nblk), ARG(a->scale), ARGS_END));
-    CHECK_ST(set_tail(ctx, kf, 15, m, a));
+                              ARG(vrows.buf), ARG(vrows.l), ARG(vt), ARG(vt_off), ARG(vh),
+                              ARG(vh_off), ARG(out->buf), ARG(out->l), ARG(a->nq), ARG(a->nk),
+                              ARG(a->d), ARG(a->dv), ARG(nblk), ARG(a->scale), ARGS_END));
+    CHECK_ST(set_tail(ctx, kf, 17, m, a));
     /* WG items (QG x QR rows each) of one batch per work-group: PoCL runs them one after another
      * on one core, so the batch's K and V panels stay in its L2. An explicit local size also keeps
      * PoCL from choosing thousands of work-items per group, whose private arrays overflow its
@@ -255,11 +269,12 @@ static clattn_status enqueue_gpu(clattn_context *ctx, const clattn_tuning *tune,
 {
     clattn_status st = CLATTN_SUCCESS;
     cl_kernel kf;
-    cl_mem buf = NULL, vt = NULL, part = NULL;
+    cl_mem buf = NULL, vt = NULL, vh = NULL, part = NULL;
     char defines[600];
     clattn_tuning t = *tune;
     int BQ = clattn__tune_int(&t, "BQ", 64), BK = clattn__tune_int(&t, "BK", 16), span = 0;
     int nb = m->D0 * m->D1, nblk = (int)clattn__div_up((size_t)a->nk, (size_t)BK), vt_off = 0;
+    int vh_off;
     int dp = BUCKET(a->d, gpu_buckets), dvp = BUCKET(a->dv, gpu_buckets);
     long budget = clattn__loop_budget(ctx, &t);
     size_t local = (size_t)BK * ((size_t)dp + 1 + (size_t)dvp) * 4 + 4;
@@ -278,30 +293,36 @@ static clattn_status enqueue_gpu(clattn_context *ctx, const clattn_tuning *tune,
         clattn__tune_set(&t, "BQ", BQ = kernel_wg > 1 ? (int)kernel_wg : 1);
     }
     CHECK_ST(gpu_span(ctx, budget, BQ, BK, dp, dvp, a, &span));
-    /* scratch: the value sums (nbkv, nblk, dvp) when rows skip keys, then the rows' running state
-     * (nb, nq, 3) when the keys take several launches */
+    /* scratch: the value sums (nbkv, nblk, dvp) when rows skip trailing keys, the same when they
+     * skip leading ones, then the rows' running state (nb, nq, 3) when the keys take several
+     * launches */
     size_t nvt = needs_vtail(m) ? a->nbkv * nblk * dvp : 0;
+    size_t nvh = needs_vhead(m) ? a->nbkv * nblk * dvp : 0;
     size_t npart = span < a->nk ? (size_t)nb * a->nq * 3 : 0;
-    CHECK(ctx, nvt + npart <= (size_t)INT32_MAX, CLATTN_ERROR_UNSUPPORTED,
+    CHECK(ctx, nvt + nvh + npart <= (size_t)INT32_MAX, CLATTN_ERROR_UNSUPPORTED,
           "attention: %zu elements of value sums and row states exceed 32-bit indexing",
-          nvt + npart);
-    if (nvt + npart)
-        CHECK_ST(clattn__scratch(ctx, CLATTN_SCRATCH_ATTN, (nvt + npart) * 4, &buf));
+          nvt + nvh + npart);
+    if (nvt + nvh + npart)
+        CHECK_ST(clattn__scratch(ctx, CLATTN_SCRATCH_ATTN, (nvt + nvh + npart) * 4, &buf));
     vt = nvt ? buf : NULL;
+    vh = nvh ? buf : NULL;
     part = npart ? buf : NULL;
-    int part_off = (int)nvt;
+    vh_off = (int)nvt;
+    int part_off = (int)(nvt + nvh);
     if (nvt)
-        CHECK_ST(enqueue_vtail(ctx, defines, V, a, a->dv, BK, nblk, dvp, vt, 0, budget));
+        CHECK_ST(enqueue_vsums(ctx, defines, V, a, a->dv, BK, nblk, dvp, buf, 0, budget, 0));
+    if (nvh)
+        CHECK_ST(enqueue_vsums(ctx, defines, V, a, a->dv, BK, nblk, dvp, buf, nvt, budget, 1));
     size_t lws[2] = {(size_t)BQ, 1};
     size_t gws[2] = {clattn__round_up((size_t)a->nq, (size_t)BQ), (size_t)nb};
     for (int k_lo = 0; k_lo < a->nk; k_lo += span) {
         int k_hi = a->nk - k_lo > span ? k_lo + span : a->nk;
         CHECK_ST(clattn__set_args(ctx, kf, "flash_gpu", ARG(Q->buf), ARG(Q->l), ARG(K->buf),
                                   ARG(K->l), ARG(V->buf), ARG(V->l), ARG(vt), ARG(vt_off),
-                                  ARG(nblk), ARG(out->buf), ARG(out->l), ARG(a->nq), ARG(a->nk),
-                                  ARG(a->d), ARG(a->dv), ARG(a->scale), ARG(k_lo), ARG(k_hi),
-                                  ARG(part), ARG(part_off), ARGS_END));
-        CHECK_ST(set_tail(ctx, kf, 20, m, a));
+                                  ARG(vh), ARG(vh_off), ARG(nblk), ARG(out->buf), ARG(out->l),
+                                  ARG(a->nq), ARG(a->nk), ARG(a->d), ARG(a->dv), ARG(a->scale),
+                                  ARG(k_lo), ARG(k_hi), ARG(part), ARG(part_off), ARGS_END));
+        CHECK_ST(set_tail(ctx, kf, 22, m, a));
         CHECK_ST(clattn__launch(ctx, kf, 2, gws, lws, "flash_gpu"));
     }
 fail:

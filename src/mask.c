@@ -1,6 +1,7 @@
 /* Mask checks and resolution to kernel arguments (see clattn_mask in clattn.h). */
 #include "mask.h"
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -127,6 +128,20 @@ static clattn_status resolve_parts(clattn_context *ctx, const clattn_mask *m, in
           "%s.fill = %g: must be finite or -INFINITY", name, (double)m->fill);
     o->fill = m->fill != 0.0f ? m->fill : CLATTN_DEFAULT_FILL;
     o->causal = m->causal != 0;
+    CHECK(ctx, m->align == CLATTN_ALIGN_TOP_LEFT || m->align == CLATTN_ALIGN_BOTTOM_RIGHT,
+          CLATTN_ERROR_INVALID_ARGUMENT, "%s.align = %d: must be CLATTN_ALIGN_TOP_LEFT (0) or "
+          "CLATTN_ALIGN_BOTTOM_RIGHT (1)", name, m->align);
+    CHECK(ctx, m->window == 0 || m->window == 1, CLATTN_ERROR_INVALID_ARGUMENT,
+          "%s.window = %d: must be 0 (no sliding window) or 1", name, m->window);
+    CHECK(ctx, !m->window || (m->window_left >= -1 && m->window_right >= -1),
+          CLATTN_ERROR_INVALID_ARGUMENT, "%s.window_left = %d, window_right = %d: each must be "
+          ">= 0, or -1 for unbounded", name, m->window_left, m->window_right);
+    /* a side this wide blocks nothing: the same as unbounded */
+    int cap = (long)o->Q + o->K > INT32_MAX ? INT32_MAX : o->Q + o->K;
+    int left = m->window ? m->window_left : -1, right = m->window ? m->window_right : -1;
+    o->win.s[0] = m->align == CLATTN_ALIGN_BOTTOM_RIGHT ? o->K - o->Q : 0;
+    o->win.s[1] = left > cap ? cap : left;
+    o->win.s[2] = o->causal ? 0 : right > cap ? cap : right;
     CHECK(ctx, !(m->valid_lens && m->valid_lens_host), CLATTN_ERROR_INVALID_ARGUMENT,
           "%s: give valid_lens or valid_lens_host, not both", name);
     if (m->valid_lens)
@@ -152,6 +167,7 @@ clattn_status clattn__resolve_mask_dims(clattn_context *ctx, const clattn_mask *
     o->Q = (int)d4[2];
     o->K = (int)d4[3];
     o->fill = CLATTN_DEFAULT_FILL;
+    o->win.s[1] = o->win.s[2] = -1; /* no window */
     if (!m)
         return CLATTN_SUCCESS;
     snprintf(lens_name, sizeof lens_name, "%s.valid_lens", name);
@@ -172,6 +188,16 @@ clattn_status clattn__resolve_mask(clattn_context *ctx, const clattn_mask *m,
                                    const clattn_arg *outs, int nouts, clattn_mask_args *o)
 {
     return clattn__resolve_mask_dims(ctx, m, scores->ndim, scores->dims, name, outs, nouts, o);
+}
+
+int clattn__mask_limits_rows(const clattn_mask_args *m)
+{
+    return m->lens_mode != 0 || m->win.s[2] >= 0;
+}
+
+int clattn__mask_has_left(const clattn_mask_args *m)
+{
+    return m->win.s[1] >= 0;
 }
 
 void clattn__mask_release(clattn_mask_args *m)

@@ -10,7 +10,11 @@ typedef struct {
     cl_mem mask;       /* NULL when there is no mask tensor */
     int mask_off;
     cl_int4 ms;        /* mask strides over (D0, D1, Q, K), 0 where it broadcasts */
-    int causal;
+    int causal;        /* blocks keys past the diagonal (folded into win.z for the kernels) */
+    /* (shift, left, right, 0): row q sees keys [q + shift - left, q + shift + right], -1 meaning
+     * unbounded on that side; shift 0 (top-left) or K - Q (bottom-right); right = 0 when
+     * causal. left and right are at most Q + K (as unbounded), so no sum overflows. */
+    cl_int4 win;
     float fill;
     cl_mem owned_lens; /* uploaded host lengths; release with clattn__mask_release */
 } clattn_mask_args;
@@ -25,6 +29,11 @@ clattn_status clattn__resolve_mask(clattn_context *ctx, const clattn_mask *mask,
 clattn_status clattn__resolve_mask_dims(clattn_context *ctx, const clattn_mask *mask, int score_rank,
                                         const size_t *score_dims, const char *name,
                                         const clattn_arg *outs, int nouts, clattn_mask_args *out);
+/* 1 when lengths, causality or the window's right side end some rows before key K (the fused
+ * kernels then skip trailing key blocks and need the value sums of flash_vtail). */
+int clattn__mask_limits_rows(const clattn_mask_args *m);
+/* 1 when the window's left side blocks leading keys of some rows. */
+int clattn__mask_has_left(const clattn_mask_args *m);
 /* Drops the uploaded lengths (the device frees them once queued kernels are done). */
 void clattn__mask_release(clattn_mask_args *m);
 

@@ -84,8 +84,8 @@ clattn_status clattn__enqueue_softmax(clattn_context *ctx, const clattn_tuning *
     CHECK_ST(clattn__set_args(ctx, k, "masked_softmax", ARG(x->buf), ARG(x_off), ARG(y->buf),
                               ARG(y_off), ARG(nrows), ARG(K), ARG(m->Q), ARG(m->D1),
                               ARG(m->lens), ARG(m->lens_off), ARG(m->lens_mode), ARG(m->mask),
-                              ARG(m->mask_off), ARG(m->ms),
-                              ARG(m->causal), ARG(m->fill), ARGS_END));
+                              ARG(m->mask_off), ARG(m->ms), ARG(m->win), ARG(m->fill),
+                              ARGS_END));
     CHECK_ST(clattn__launch(ctx, k, 1, &gws, lws ? &lws : NULL, "masked_softmax"));
 fail:
     return st;

@@ -185,10 +185,18 @@ void h_mask_make(h_mask *hm, const h_mask_spec *c, int rank, const size_t *sdims
         d4[slot[rank][i]] = sdims[i];
     size_t D0 = d4[0], Q = d4[2], K = d4[3];
     ref_mask r = {(int)D0, (int)d4[1], (int)Q, (int)K, NULL, 0, NULL, {0, 0, 0, 0}, c->causal,
-                  c->fill != 0 ? c->fill : CLATTN_DEFAULT_FILL};
+                  c->fill != 0 ? c->fill : CLATTN_DEFAULT_FILL, 0, 0, 0, 0};
+    r.align = c->align;
+    r.window = c->window;
+    r.window_left = c->window_left;
+    r.window_right = c->window_right;
     hm->r = r;
     hm->m.causal = c->causal;
     hm->m.fill = c->fill;
+    hm->m.align = c->align;
+    hm->m.window = c->window;
+    hm->m.window_left = c->window_left;
+    hm->m.window_right = c->window_right;
     if (c->lens != H_LENS_NONE) {
         size_t nl = c->lens == H_LENS_1D ? D0 : D0 * Q;
         hm->lens = malloc(nl * sizeof(int));

@@ -58,6 +58,8 @@ typedef struct {
                               opens the rest, instead of random entries; its last dim must be K */
     int causal;
     float fill;            /* 0: default */
+    int align;             /* clattn_mask's align, window, window_left and window_right */
+    int window, window_left, window_right;
 } h_mask_spec;
 typedef struct {
     clattn_mask m;

@@ -30,7 +30,12 @@ int ref_blocked(const ref_mask *m, int d0, int d1, int q, int k)
         if (k >= len)
             return 1;
     }
-    if (m->causal && k > q)
+    long diag = (long)q + (m->align ? (long)m->K - m->Q : 0);
+    if (m->causal && k > diag)
+        return 1;
+    if (m->window && m->window_left >= 0 && k < diag - m->window_left)
+        return 1;
+    if (m->window && m->window_right >= 0 && k > diag + m->window_right)
         return 1;
     if (m->mask && m->mask[m->ms[0] * d0 + m->ms[1] * d1 + m->ms[2] * q + m->ms[3] * k] == 0)
         return 1;

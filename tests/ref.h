@@ -19,6 +19,9 @@ typedef struct {
     long ms[4];
     int causal;
     double fill;
+    /* clattn_mask's: the diagonal of row q is key q (align 0) or q + K - Q (align 1); with window,
+     * keys outside [diag - left, diag + right] are blocked, -1 = unbounded */
+    int align, window, window_left, window_right;
 } ref_mask;
 
 /* 1 when key k of row (d0, d1, q) is blocked. */

@@ -490,6 +490,48 @@ static void test_grouped_query(void **s)
           {2, {1, 8}, 70, 129, 64, 64, {.causal = 1}, .hkv = 2, .no_weights = 1});
 }
 
+/* Bottom-right causal and sliding windows (FlashAttention-2's semantics), fused and unfused:
+ * Q < K, Q > K (rows that see no key: uniform with a finite fill, NaN with -inf), windows bounded
+ * on one side or both, of a block size +- 1 and with causal, under lengths, a mask tensor,
+ * dropout and grouped heads; K long enough that whole key blocks lie below every row's window
+ * (the fused kernels skip them), with a NaN value there (it must still reach the outputs, as
+ * weights @ V), and a fill near the scores, where the blocked keys keep real weights and the
+ * skipped blocks must be taken after all. */
+static void test_windows(void **s)
+{
+    (void)s;
+    static const int l3[] = {0, 300, 120};
+    CASES({1, {2}, 5, 37, 8, 8, {.causal = 1, .align = 1}},
+          {1, {2}, 40, 13, 8, 6, {.causal = 1, .align = 1}},
+          {1, {2}, 40, 13, 8, 6, {.causal = 1, .align = 1, .fill = -INFINITY}},
+          {1, {2}, 17, 17, 16, 16, {.causal = 1, .align = 1}},
+          {1, {2}, 30, 300, 16, 24, {.window = 1, .window_left = 20, .window_right = -1}},
+          {1, {2}, 30, 300, 16, 24, {.window = 1, .window_left = -1, .window_right = 7}},
+          {1, {2}, 70, 300, 8, 8, {.window = 1, .window_left = 15, .window_right = 16,
+                                   .align = 1}},
+          {1, {2}, 70, 300, 8, 8, {.window = 1, .window_left = 63, .window_right = 64,
+                                   .align = 1}},
+          {0, {0}, 200, 200, 16, 16, {.causal = 1, .window = 1, .window_left = 17,
+                                      .window_right = 5}},
+          {1, {3}, 9, 300, 12, 5, {H_LENS_1D, 0, l3, .window = 1, .window_left = 40,
+                                   .window_right = 40, .align = 1}},
+          {1, {2}, 9, 150, 12, 5, {H_LENS_2D, .causal = 1, .window = 1, .window_left = 3,
+                                   .window_right = -1, .align = 1}},
+          {1, {2}, 6, 190, 5, 7, {.mask_rank = 2, .mask_dims = {6, 190}, .window = 1,
+                                  .window_left = 0, .window_right = 0, .align = 1}},
+          {1, {2}, 16, 240, 8, 8, {.window = 1, .window_left = 30, .window_right = 2,
+                                   .align = 1}, .p = 0.3f, .seed = 7},
+          {1, {2}, 20, 300, 8, 8, {.window = 1, .window_left = 10, .window_right = 10,
+                                   .align = 1, .fill = -INFINITY}, .nan_v = 5},
+          {1, {2}, 20, 300, 8, 8, {.window = 1, .window_left = 10, .window_right = 10,
+                                   .align = 1}, .nan_v = 250},
+          {1, {2}, 20, 300, 8, 8, {.window = 1, .window_left = 10, .window_right = -1,
+                                   .align = 1, .fill = -1.0f}, .qscale = 2},
+          {1, {2}, 20, 300, 8, 8, {.window = 1, .window_left = 500, .window_right = 500}},
+          {2, {2, 4}, 20, 260, 8, 8, {.causal = 1, .window = 1, .window_left = 33,
+                                      .align = 1}, .hkv = 2});
+}
+
 /* The fused output of c with tuning (a context wrapping h_ctx's queue), as raw floats; *scratch:
  * the scratch the context held after it. */
 static float *fused_with(const char *tuning, const att_case *c, const float *q, const float *k,
@@ -533,6 +575,13 @@ static void test_split_launches(void **s)
         {1, {2}, 9, 500, 32, 32, .p = 0.25f, .seed = 99},
         {0, {0}, 16, 400, 16, 16, .qscale = 1e30},
         {0, {0}, 3, 300, 200, 256, {H_LENS_2D}},
+        /* windows: the tiles below every row's window come last, or not at all */
+        {1, {2}, 40, 700, 16, 16, {.window = 1, .window_left = 30, .window_right = 10,
+                                   .align = 1}},
+        {0, {0}, 20, 600, 8, 8, {.window = 1, .window_left = 10, .window_right = -1, .align = 1,
+                                 .fill = -1.0f}, .qscale = 2},
+        {0, {0}, 20, 600, 8, 8, {.window = 1, .window_left = 10, .window_right = 10, .align = 1,
+                                 .fill = -INFINITY}, .nan_v = 5},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         const att_case *c = &cases[i];
@@ -570,6 +619,7 @@ int main(void)
         cmocka_unit_test(test_identical_keys_huge), cmocka_unit_test(test_nan_in_blocked_rows),
         cmocka_unit_test(test_many_head_sizes), cmocka_unit_test(test_long_keys),
         cmocka_unit_test(test_split_launches),  cmocka_unit_test(test_grouped_query),
+        cmocka_unit_test(test_windows),
     };
     return cmocka_run_group_tests(tests, h_setup, h_teardown);
 }

@@ -173,6 +173,9 @@ static clattn_attention_opts opts_drop_bad, opts_lens_big;
 static clattn_additive_weights aw, aw_wq_bad, aw_wv_bad;
 static clattn_mha_weights mw, mw_heads, mw_wo_bad, mw_bias_bad, mw_zero_heads, mw_kv3, mw_kv1;
 static clattn_mask m_lens_p, m_lens_y, m_mask_y, m_fill_nan, m_fill_inf, m_foreign_mask;
+/* Issue 11: alignment and sliding-window fields out of range. */
+static clattn_mask m_align2, m_window2, m_wleft2, m_wright5;
+static clattn_attention_opts opts_align_neg, opts_wleft2, opts_wright_neg;
 static clattn_attention_opts opts_mask_p, opts_lens_p, opts_lens_p100, opts_lens_float,
     opts_mask_float, opts_lens_rank3, opts_fill_nan, opts_fill_inf, opts_foreign_lens;
 static clattn_params p_cache_long, p_kernel_long, p_sync2, p_sync_neg2;
@@ -194,6 +197,17 @@ static void make_issue9_bundles(void)
     m_lens_y.valid_lens = &y_lens;
     m_mask_y.mask = &y_mask;
     m_fill_nan.fill = NAN;
+    m_align2.align = 2;
+    m_window2.window = 2;
+    m_wleft2.window = 1;
+    m_wleft2.window_left = -2;
+    m_wright5.window = 1;
+    m_wright5.window_right = -5;
+    opts_align_neg.mask.align = -1;
+    opts_wleft2.mask.window = 1;
+    opts_wleft2.mask.window_left = -2;
+    opts_wright_neg.mask.window = 1;
+    opts_wright_neg.mask.window_right = -100;
     m_fill_inf.fill = INFINITY;
     m_foreign_mask.mask = &foreign_m5;
     opts_mask_p.mask.mask = &p_mask6;
@@ -412,7 +426,23 @@ static clattn_status wrap_with(cl_context c, cl_device_id d, cl_command_queue q)
     X(attention_fill_nan, INVALID_ARGUMENT, "opts.mask.fill = nan",                              \
       clattn_dot_product_attention(CTX, &Q, &Kk, &V, &opts_fill_nan, &O, NULL))                  \
     X(mha_fill_inf, INVALID_ARGUMENT, "opts.mask.fill = inf", clattn_multihead_attention(CTX,    \
-      &Q, &Kk, &V, &mw, &opts_fill_inf, &O, NULL))
+      &Q, &Kk, &V, &mw, &opts_fill_inf, &O, NULL))                                               \
+    X(softmax_align2, INVALID_ARGUMENT, "mask.align = 2", clattn_masked_softmax(CTX, &S,         \
+      &m_align2, &Y))                                                                            \
+    X(softmax_window2, INVALID_ARGUMENT, "mask.window = 2", clattn_masked_softmax(CTX, &S,       \
+      &m_window2, &Y))                                                                           \
+    X(softmax_window_left_neg, INVALID_ARGUMENT, "mask.window_left = -2",                        \
+      clattn_masked_softmax(CTX, &S, &m_wleft2, &Y))                                             \
+    X(softmax_window_right_neg, INVALID_ARGUMENT, "window_right = -5",                           \
+      clattn_masked_softmax(CTX, &S, &m_wright5, &Y))                                            \
+    X(attention_align_neg, INVALID_ARGUMENT, "opts.mask.align = -1",                             \
+      clattn_dot_product_attention(CTX, &Q, &Kk, &V, &opts_align_neg, &O, NULL))                 \
+    X(attention_window_left_neg, INVALID_ARGUMENT, "opts.mask.window_left = -2",                 \
+      clattn_dot_product_attention(CTX, &Q, &Kk, &V, &opts_wleft2, &O, NULL))                    \
+    X(mha_window_right_neg, INVALID_ARGUMENT, "window_right = -100",                             \
+      clattn_multihead_attention(CTX, &Q, &Kk, &V, &mw, &opts_wright_neg, &O, NULL))             \
+    X(additive_window_left_neg, INVALID_ARGUMENT, "opts.mask.window_left = -2",                  \
+      clattn_additive_attention(CTX, &Q, &Kk, &V, &aw, &opts_wleft2, &O, &Wt))
 
 #define CASES(X)                                                                                 \
     /* tensor helpers */                                                                         \

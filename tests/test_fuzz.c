@@ -118,6 +118,17 @@ static void gen_mask(fz_case *c)
     m->causal = h_uniform(0, 1) < 0.3;
     static const float fills[] = {0.0f, 0.0f, -1e9f, -INFINITY, -INFINITY, -1e30f, -FLT_MAX, -1.0f};
     m->fill = fills[h_randint(0, sizeof fills / sizeof fills[0] - 1)];
+    m->align = h_uniform(0, 1) < 0.3; /* bottom-right diagonals */
+    if (h_uniform(0, 1) < 0.25) {      /* a sliding window, sides unbounded, tight or wide */
+        int sides[2];
+        for (int i = 0; i < 2; i++) {
+            int u = h_randint(0, 5);
+            sides[i] = u == 0 ? -1 : u == 1 ? 0 : u == 2 ? 1 : u == 3 ? c->nk : h_randint(0, 40);
+        }
+        m->window = 1;
+        m->window_left = sides[0];
+        m->window_right = sides[1];
+    }
 }
 
 static double scale_of(const fz_case *c)
@@ -395,11 +406,13 @@ static void describe(const fz_case *c, int index, char *buf, size_t n)
 {
     snprintf(buf, n,
              "fuzz case %d (rerun: CLATTN_FUZZ_FIRST=%d CLATTN_FUZZ_CASES=1, seed %llu): lead %d "
-             "(%zu, %zu) Q=%d K=%d d=%d dv=%d lens %d%s mask rank %d prefix %d causal %d fill %g "
+             "(%zu, %zu) Q=%d K=%d d=%d dv=%d lens %d%s mask rank %d prefix %d causal %d align %d "
+             "window %d (%d, %d) fill %g "
              "scale %g %s eq %d ek %d qmag %g kmag %g vmag %g ties %d nonfinite %d p %g hkv %d",
              index, index, h_seed(), c->nlead, c->lead[0], c->lead[1], c->nq, c->nk, c->d, c->dv,
              c->mask.lens, c->mask.lens_on_device ? " (device)" : "", c->mask.mask_rank,
-             c->mask.mask_prefix, c->mask.causal, c->mask.fill, c->scale,
+             c->mask.mask_prefix, c->mask.causal, c->mask.align, c->mask.window,
+             c->mask.window_left, c->mask.window_right, c->mask.fill, c->scale,
              c->exact ? "exact" : "float", c->eq, c->ek, c->qmag, c->kmag, c->vmag, c->ties,
              c->nonfinite, c->p, c->hkv);
 }

@@ -204,7 +204,11 @@ static void test_masks(void **s)
           {2, 9, 9, 8, 8, 8, 16, 2, 16, 0, {.causal = 1}},
           {2, 9, 9, 8, 8, 8, 16, 2, 16, 0, {H_LENS_1D, .causal = 1}},
           {2, 5, 7, 8, 8, 8, 16, 4, 16, 0, {.mask_rank = 4, .mask_dims = {2, 1, 5, 7}}},
-          {2, 5, 7, 8, 8, 8, 16, 4, 16, 0, {.mask_rank = 2, .mask_dims = {5, 7}, .fill = -1e9f}});
+          {2, 5, 7, 8, 8, 8, 16, 4, 16, 0, {.mask_rank = 2, .mask_dims = {5, 7}, .fill = -1e9f}},
+          {2, 9, 40, 8, 8, 8, 16, 2, 16, 1, {.causal = 1, .align = 1, .window = 1,
+                                             .window_left = 5}},
+          {2, 30, 70, 8, 8, 8, 16, 2, 16, 0, {H_LENS_1D, .window = 1, .window_left = 17,
+                                              .window_right = 3}});
 }
 
 /* fill -inf with the first 70 keys blocked (whole key blocks of -inf scores), and inputs 1e5 times

@@ -25,6 +25,7 @@ typedef struct {
     double scale;        /* logits uniform in [-scale, scale] */
     int inplace;
     const int *fixed_lens; /* NULL = random lengths in [0, K] */
+    int align, window, wl, wr; /* clattn_mask's align, window, window_left, window_right */
 } sm_case;
 
 static void check_rows_sum_to_one(const float *y, size_t rows, size_t K)
@@ -40,9 +41,14 @@ static void check_rows_sum_to_one(const float *y, size_t rows, size_t K)
 
 static void run(const sm_case *c)
 {
-    h_mask_spec spec = {c->lens, c->lens_on_device, c->fixed_lens, c->mask_rank,
-                        {c->mask_dims[0], c->mask_dims[1], c->mask_dims[2], c->mask_dims[3]},
-                        c->causal, c->fill};
+    /* designated: a positional list once put causal in mask_prefix, so no softmax test ran
+     * causal */
+    h_mask_spec spec = {.lens = c->lens, .lens_on_device = c->lens_on_device,
+                        .fixed_lens = c->fixed_lens, .mask_rank = c->mask_rank,
+                        .mask_dims = {c->mask_dims[0], c->mask_dims[1], c->mask_dims[2],
+                                      c->mask_dims[3]},
+                        .causal = c->causal, .fill = c->fill, .align = c->align,
+                        .window = c->window, .window_left = c->wl, .window_right = c->wr};
     h_mask hm;
     size_t n = 1, K = c->dims[c->rank - 1];
     for (int i = 0; i < c->rank; i++)
@@ -59,10 +65,11 @@ static void run(const sm_case *c)
         fail_msg("masked_softmax: %s", clattn_last_error(h_ctx));
     float *got = h_read(&ty);
     ref_masked_softmax(&hm.r, x, ref);
-    char what[160];
-    snprintf(what, sizeof what, "softmax rank %d (%d,%d,%d,%d) lens %d%s mask rank %d causal %d",
-             c->rank, hm.r.D0, hm.r.D1, hm.r.Q, hm.r.K, c->lens,
-             c->lens_on_device ? " (device)" : "", c->mask_rank, c->causal);
+    char what[200];
+    snprintf(what, sizeof what, "softmax rank %d (%d,%d,%d,%d) lens %d%s mask rank %d causal %d "
+             "align %d window %d (%d, %d)", c->rank, hm.r.D0, hm.r.D1, hm.r.Q, hm.r.K, c->lens,
+             c->lens_on_device ? " (device)" : "", c->mask_rank, c->causal, c->align, c->window,
+             c->wl, c->wr);
     h_assert_close(got, ref, n, SM_RTOL, SM_ATOL, what);
     check_rows_sum_to_one(got, n / K, K);
     free(got);
@@ -135,6 +142,27 @@ static void test_causal(void **s)
           {.rank = 3, .dims = {2, 11, 5}, .causal = 1, .scale = 2},
           {.rank = 3, .dims = {3, 8, 40}, .causal = 1, .lens = LENS_1D, .scale = 2},
           {.rank = 4, .dims = {2, 2, 6, 6}, .causal = 1, .lens = LENS_2D, .scale = 2});
+}
+
+/* Bottom-right causal (Q < K, Q > K: rows that see no key are uniform) and sliding windows,
+ * bounded on one side or both, with causal, lengths and a mask tensor: the row kernel's general
+ * path (a window's left side) and its prefix path (right side only), and the group kernel. */
+static void test_windows(void **s)
+{
+    (void)s;
+    CASES({.rank = 3, .dims = {2, 5, 37}, .causal = 1, .align = 1, .scale = 2},
+          {.rank = 3, .dims = {2, 40, 13}, .causal = 1, .align = 1, .scale = 2},
+          {.rank = 3, .dims = {2, 9, 40}, .window = 1, .wl = 3, .wr = -1, .scale = 2},
+          {.rank = 3, .dims = {2, 9, 40}, .window = 1, .wl = -1, .wr = 2, .scale = 2},
+          {.rank = 3, .dims = {2, 9, 40}, .window = 1, .wl = 0, .wr = 0, .align = 1, .scale = 2},
+          {.rank = 3, .dims = {2, 30, 70}, .window = 1, .wl = 16, .wr = 5, .causal = 1, .align = 1,
+           .scale = 2},
+          {.rank = 3, .dims = {3, 8, 40}, .window = 1, .wl = 7, .wr = 7, .lens = LENS_1D,
+           .scale = 2},
+          {.rank = 4, .dims = {2, 2, 6, 33}, .window = 1, .wl = 4, .wr = -1, .lens = LENS_2D,
+           .mask_rank = 2, .mask_dims = {6, 33}, .scale = 2},
+          {.rank = 3, .dims = {2, 9, 40}, .window = 1, .wl = 100, .wr = 100, .scale = 2},
+          {.rank = 2, .dims = {17, 17}, .window = 1, .wl = 2, .wr = 1, .fill = -1e9f, .scale = 2});
 }
 
 static void test_mask_broadcasts(void **s)
@@ -237,6 +265,7 @@ int main(void)
         cmocka_unit_test(test_no_mask_shapes), cmocka_unit_test(test_lens_1d),
         cmocka_unit_test(test_lens_2d),        cmocka_unit_test(test_lens_zero_and_full),
         cmocka_unit_test(test_device_lens),    cmocka_unit_test(test_causal),
+        cmocka_unit_test(test_windows),
         cmocka_unit_test(test_mask_broadcasts), cmocka_unit_test(test_fully_blocked_row),
         cmocka_unit_test(test_large_logits),   cmocka_unit_test(test_inplace),
         cmocka_unit_test(test_loop_budget),

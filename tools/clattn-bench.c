@@ -476,6 +476,7 @@ static void bench_softmax(bench *b)
 typedef struct {
     size_t heads, kv_heads, n, d; /* kv_heads: K and V heads (grouped-query when < heads) */
     int causal;
+    int window_left; /* > 0: a sliding window of that many keys left of the diagonal */
     clattn_tensor q, k, v, out, scores, weights;
     clattn_attention_opts opts;
     float *hq, *hk, *hv;
@@ -546,12 +547,13 @@ static double att_error(bench *b, const att_case *a, bench_run_fn fn)
             size_t i = (size_t)uniform(b, 0, (double)n);
             const float *q = a->hq + (h * n + i) * d;
             size_t limit = a->causal ? i + 1 : n, kh = h / (a->heads / a->kv_heads);
+            size_t lo = a->window_left > 0 && i > (size_t)a->window_left ? i - a->window_left : 0;
             for (size_t j = 0; j < n; j++) {
                 const float *k = a->hk + (kh * n + j) * d;
                 double dot = 0;
                 for (size_t e = 0; e < d; e++)
                     dot += (double)q[e] * k[e];
-                w[j] = j < limit ? dot / sqrt((double)d) : CLATTN_DEFAULT_FILL;
+                w[j] = j < limit && j >= lo ? dot / sqrt((double)d) : CLATTN_DEFAULT_FILL;
             }
             double err = softmax_row_error(w, n, a->hv + kh * n * d, d, out + (h * n + i) * d);
             worst = err > worst ? err : worst;
@@ -648,6 +650,20 @@ static void bench_attention(bench *b)
 #define GQA_HKV 8
 #define GQA_D 128
 
+/* Checks a's fused output on sampled rows, then times it (peer: the figure others compare to);
+ * releases a. */
+static void fused_record(bench *b, att_case *a, const char *name, const char *impl, int peer,
+                         double gflop)
+{
+    double err = att_error(b, a, att_run_fused);
+    if (err > ATT_TOL)
+        bench_check_fail(b, name, impl, err, ATT_TOL);
+    else
+        bench_record(b, name, impl, peer, gflop, "GFLOP/s", bench_time(b, att_run_fused, a, 1),
+                     err);
+    att_free(a);
+}
+
 /* The fused kernel on grouped heads against the same kernel with one K/V head per query head
  * (multi-head attention's shape, 4x the K and V), both checked on sampled rows. */
 static void gqa_one(bench *b, size_t n, int causal)
@@ -661,13 +677,33 @@ static void gqa_one(bench *b, size_t n, int causal)
     for (int i = 0; i < 2; i++) {
         att_case a;
         att_make(b, &a, GQA_HQ, kv[i], n, GQA_D, causal, 0);
-        double err = att_error(b, &a, att_run_fused);
-        if (err > ATT_TOL)
-            bench_check_fail(b, name, impls[i], err, ATT_TOL);
-        else
-            bench_record(b, name, impls[i], i > 0, gflop, "GFLOP/s",
-                         bench_time(b, att_run_fused, &a, 1), err);
-        att_free(&a);
+        fused_record(b, &a, name, impls[i], i > 0, gflop);
+    }
+}
+
+/* ---- sliding window: 8 heads, d 64, N 8192, causal, a window of 512 keys vs none ---- */
+
+#define WIN_H 8
+#define WIN_D 64
+#define WIN_N 8192
+#define WIN_LEFT 512
+
+static void bench_window(bench *b)
+{
+    static const int lefts[2] = {WIN_LEFT, 0};
+    static const char *const impls[2] = {"clattn fused, window 512", "clattn fused, full causal"};
+    char name[64];
+    snprintf(name, sizeof name, "H%d N%d d%d causal", WIN_H, WIN_N, WIN_D);
+    /* the dense count for both: the window's speed-up shows as a higher figure */
+    double gflop = 4e-9 * WIN_H * (double)WIN_N * (double)WIN_N * WIN_D;
+    for (int i = 0; i < 2; i++) {
+        att_case a;
+        att_make(b, &a, WIN_H, 0, WIN_N, WIN_D, 1, 0);
+        a.window_left = lefts[i];
+        a.opts.mask.window = lefts[i] > 0;
+        a.opts.mask.window_left = lefts[i];
+        a.opts.mask.window_right = -1;
+        fused_record(b, &a, name, impls[i], i > 0, gflop);
     }
 }
 
@@ -965,6 +1001,9 @@ static const bench_section sections[] = {
     {"gqa", "grouped-query prefill, batch 1, 32 query heads over 8 K/V heads, d 128, N from "
             "--attn-n, causal and plain: fused vs the same kernel with 32 K/V heads",
      bench_gqa},
+    {"window", "sliding window, 8 heads, d 64, N 8192, causal: a window of 512 keys vs full causal "
+               "(GFLOP/s of the dense count)",
+     bench_window},
     {"mha", "multi-head forward, batch 4, 8 heads, 512 x 512, hidden 512, biases: fused vs unfused",
      bench_mha},
     {"additive", "additive attention, batch 4, 256 x 256, hidden 64, sizes 64, valid lengths",
