@@ -521,13 +521,15 @@ static void test_windows(void **s)
                                   .window_left = 0, .window_right = 0, .align = 1}},
           {1, {2}, 16, 240, 8, 8, {.window = 1, .window_left = 30, .window_right = 2,
                                    .align = 1}, .p = 0.3f, .seed = 7},
-          {1, {2}, 20, 300, 8, 8, {.window = 1, .window_left = 10, .window_right = 10,
+          /* (K = 120: rows see about keys q + 90 to q + 110, so the first 5 key blocks of 16 lie
+           * below every window; small enough for Oclgrind) */
+          {1, {2}, 20, 120, 8, 8, {.window = 1, .window_left = 10, .window_right = 10,
                                    .align = 1, .fill = -INFINITY}, .nan_v = 5},
-          {1, {2}, 20, 300, 8, 8, {.window = 1, .window_left = 10, .window_right = 10,
-                                   .align = 1}, .nan_v = 250},
-          {1, {2}, 20, 300, 8, 8, {.window = 1, .window_left = 10, .window_right = -1,
+          {1, {2}, 20, 120, 8, 8, {.window = 1, .window_left = 10, .window_right = 10,
+                                   .align = 1}, .nan_v = 118},
+          {1, {2}, 20, 120, 8, 8, {.window = 1, .window_left = 10, .window_right = -1,
                                    .align = 1, .fill = -1.0f}, .qscale = 2},
-          {1, {2}, 20, 300, 8, 8, {.window = 1, .window_left = 500, .window_right = 500}},
+          {1, {2}, 20, 120, 8, 8, {.window = 1, .window_left = 500, .window_right = 500}},
           {2, {2, 4}, 20, 260, 8, 8, {.causal = 1, .window = 1, .window_left = 33,
                                       .align = 1}, .hkv = 2});
 }
@@ -578,9 +580,9 @@ static void test_split_launches(void **s)
         /* windows: the tiles below every row's window come last, or not at all */
         {1, {2}, 40, 700, 16, 16, {.window = 1, .window_left = 30, .window_right = 10,
                                    .align = 1}},
-        {0, {0}, 20, 600, 8, 8, {.window = 1, .window_left = 10, .window_right = -1, .align = 1,
+        {0, {0}, 20, 400, 8, 8, {.window = 1, .window_left = 10, .window_right = -1, .align = 1,
                                  .fill = -1.0f}, .qscale = 2},
-        {0, {0}, 20, 600, 8, 8, {.window = 1, .window_left = 10, .window_right = 10, .align = 1,
+        {0, {0}, 20, 400, 8, 8, {.window = 1, .window_left = 10, .window_right = 10, .align = 1,
                                  .fill = -INFINITY}, .nan_v = 5},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
