@@ -316,6 +316,11 @@ static void row_weights(fz_row *r)
     for (int k = 0; k < K; k++) { /* from here on: the weight's allowed error */
         r->e[k] = r->dw[k] + lse;
         r->dw[k] = r->w[k] > 0 && isfinite(r->w[k]) ? r->w[k] * expm1(r->e[k]) : 0.0;
+        /* exp(s - max) below FLT_MIN may come out as 0 (a flushed subnormal: OpenCL does not
+         * require float denormals, and flash_cpu's 2^x returns 0 there by design), and the
+         * weight with it: whatever a huge value multiplies it by is then missing */
+        if (r->w[k] > 0 && r->w[k] * sum * exp(-r->e[k]) < FLT_MIN)
+            r->dw[k] = fmax(r->dw[k], r->w[k]);
     }
 }
 
