@@ -40,8 +40,9 @@
  *   columns at a time (QR x VC, for all KB keys of the block: a device with 16 vector registers
  *   spills QR x DVP accumulators, 1.5x slower on AVX2), and the other groups' running max, sums
  *   and outputs in private memory (the unroll pragmas matter: without them PoCL keeps the
- *   register tiles on the stack, twice as slow). The column passes change no rounding. Products use fma(): PoCL
- *   compiles mad() to a separate multiply and add. Probabilities use exp2_neg16 below.
+ *   register tiles on the stack, twice as slow). The column passes change no rounding. Products
+ *   use fma(): PoCL compiles mad() to a separate multiply and add. Probabilities use exp2_neg16
+ *   below.
  * - GPU shape (flash_gpu): a work-group of BQ items owns BQ query rows; K and V tiles of BK keys are
  *   staged in local memory by the whole group (coalesced), each item keeps its row of q and of the
  *   output in private memory. vt: flash_vtail's sums with BKS = BK, or NULL when no row can skip
@@ -548,10 +549,10 @@ void flash_gpu(__global const float *Q, int4 ql, __global const float *K, int4 k
         for (int c = 0; c < dv; c++)
             acc[c] = orow[c];
     }
-    if (t == 0)
+    if (t == 0) {
         resumed_stop[0] = k_lo > 0 ? as_int(st[2]) : -1;
-    if (t == 0)
         lo_min = nk;
+    }
     barrier(CLK_LOCAL_MEM_FENCE);
     int stop = resumed_stop[0]; /* see above */
     int first = 0; /* the group's first tile */

@@ -101,19 +101,6 @@ clattn_flash_operand clattn__flash_operand(const clattn_tensor *t, int D1)
     return clattn__flash_strided(t->buf, t->offset, (size_t)D1 * rows * cols, rows * cols, cols);
 }
 
-/* Only rows with a length, causal or window limit skip trailing keys, and only they need the
- * zero-weight sums of the skipped value rows (kernels/flash.cl, flash_vtail); rows with a
- * window's left side skip leading keys (flash_vhead). */
-static int needs_vtail(const clattn_mask_args *m)
-{
-    return clattn__mask_limits_rows(m);
-}
-
-static int needs_vhead(const clattn_mask_args *m)
-{
-    return clattn__mask_has_left(m);
-}
-
 /* Loop iterations of one flash_vtail work-item per key (fixed: outside the key loop), counted as
  * clattn__loop_budget asks: every iteration of every loop plus one per loop entered. */
 #define VTAIL_FIXED 4
@@ -138,7 +125,7 @@ static clattn_status enqueue_vsums(clattn_context *ctx, const char *defines,
     size_t blocks;
     int nk = a->nk;
     CHECK_ST(clattn__loop_units(ctx, budget, VTAIL_FIXED, vtail_loops_per_key(dv) * bks,
-                                (size_t)nblk, &blocks, "attention: flash_vtail's block of %d keys",
+                                (size_t)nblk, &blocks, "attention: %s's block of %d keys", name,
                                 bks));
     int span = blocks < (size_t)nblk ? (int)blocks * bks : nk;
     CHECK_ST(clattn__get_kernel(ctx, "flash.cl", defines, name, &k));
@@ -178,8 +165,9 @@ static clattn_status enqueue_cpu(clattn_context *ctx, const clattn_tuning *tune,
      * V rows that need no padding and lie one after another are read in place. */
     int v_packed = a->dv != dvp || a->nk % KB != 0 || V->l.s[3] != a->dv;
     size_t nkt = nbkv * nblk * KB * a->d, nvp = v_packed ? nbkv * nblk * KB * dvp : 0;
-    size_t nvt = needs_vtail(m) ? nbkv * nblk * dvp : 0;
-    size_t nvh = needs_vhead(m) ? nbkv * nblk * dvp : 0;
+    /* the zero-weight sums of value rows that rows skip after (vt) and before (vh) their keys */
+    size_t nvt = clattn__mask_limits_rows(m) ? nbkv * nblk * dvp : 0;
+    size_t nvh = clattn__mask_has_left(m) ? nbkv * nblk * dvp : 0;
     size_t total = nkt + nvp + nvt + nvh;
     CHECK(ctx, total <= (size_t)INT32_MAX, CLATTN_ERROR_UNSUPPORTED,
           "attention: packed K and V of %zu elements exceed 32-bit indexing", total);
@@ -296,8 +284,8 @@ static clattn_status enqueue_gpu(clattn_context *ctx, const clattn_tuning *tune,
     /* scratch: the value sums (nbkv, nblk, dvp) when rows skip trailing keys, the same when they
      * skip leading ones, then the rows' running state (nb, nq, 3) when the keys take several
      * launches */
-    size_t nvt = needs_vtail(m) ? a->nbkv * nblk * dvp : 0;
-    size_t nvh = needs_vhead(m) ? a->nbkv * nblk * dvp : 0;
+    size_t nvt = clattn__mask_limits_rows(m) ? a->nbkv * nblk * dvp : 0;
+    size_t nvh = clattn__mask_has_left(m) ? a->nbkv * nblk * dvp : 0;
     size_t npart = span < a->nk ? (size_t)nb * a->nq * 3 : 0;
     CHECK(ctx, nvt + nvh + npart <= (size_t)INT32_MAX, CLATTN_ERROR_UNSUPPORTED,
           "attention: %zu elements of value sums and row states exceed 32-bit indexing",

@@ -127,7 +127,6 @@ static clattn_status resolve_parts(clattn_context *ctx, const clattn_mask *m, in
     CHECK(ctx, !isnan(m->fill) && m->fill != INFINITY, CLATTN_ERROR_INVALID_ARGUMENT,
           "%s.fill = %g: must be finite or -INFINITY", name, (double)m->fill);
     o->fill = m->fill != 0.0f ? m->fill : CLATTN_DEFAULT_FILL;
-    o->causal = m->causal != 0;
     CHECK(ctx, m->align == CLATTN_ALIGN_TOP_LEFT || m->align == CLATTN_ALIGN_BOTTOM_RIGHT,
           CLATTN_ERROR_INVALID_ARGUMENT, "%s.align = %d: must be CLATTN_ALIGN_TOP_LEFT (0) or "
           "CLATTN_ALIGN_BOTTOM_RIGHT (1)", name, m->align);
@@ -141,7 +140,7 @@ static clattn_status resolve_parts(clattn_context *ctx, const clattn_mask *m, in
     int left = m->window ? m->window_left : -1, right = m->window ? m->window_right : -1;
     o->win.s[0] = m->align == CLATTN_ALIGN_BOTTOM_RIGHT ? o->K - o->Q : 0;
     o->win.s[1] = left > cap ? cap : left;
-    o->win.s[2] = o->causal ? 0 : right > cap ? cap : right;
+    o->win.s[2] = m->causal ? 0 : right > cap ? cap : right;
     CHECK(ctx, !(m->valid_lens && m->valid_lens_host), CLATTN_ERROR_INVALID_ARGUMENT,
           "%s: give valid_lens or valid_lens_host, not both", name);
     if (m->valid_lens)

@@ -10,7 +10,6 @@ typedef struct {
     cl_mem mask;       /* NULL when there is no mask tensor */
     int mask_off;
     cl_int4 ms;        /* mask strides over (D0, D1, Q, K), 0 where it broadcasts */
-    int causal;        /* blocks keys past the diagonal (folded into win.z for the kernels) */
     /* (shift, left, right, 0): row q sees keys [q + shift - left, q + shift + right], -1 meaning
      * unbounded on that side; shift 0 (top-left) or K - Q (bottom-right); right = 0 when
      * causal. left and right are at most Q + K (as unbounded), so no sum overflows. */
