@@ -234,6 +234,12 @@ typedef struct {
     clattn_mask mask;              /* scores are (..., Q, K); for multi-head (B, H, Q, K) */
     clattn_dropout_params dropout; /* on the attention weights (the weights returned are before it) */
     float scale;                   /* dot-product only: 0 = 1/sqrt(d) */
+    /* Output or NULL: the scores' shape without the last dim ((..., Q); multi-head (B, H, Q)),
+     * the natural log-sum-exp log(sum_k exp(s_k)) of each row's scaled scores after the mask
+     * (blocked keys count with the fill value, before dropout): FlashAttention-2's softmax_lse.
+     * A row whose every key is blocked gets fill + log(K) with a finite fill, -INFINITY with
+     * -INFINITY. It takes the fused path as well as the weights do not. */
+    const clattn_tensor *lse;
 } clattn_attention_opts;
 
 /* out = dropout(masked_softmax(Q K^T * scale)) V for Q (.., Q, d), K (.., K, d), V (.., K, dv),
@@ -248,6 +254,23 @@ CLATTN_API clattn_status clattn_dot_product_attention(clattn_context *ctx, const
                                                       const clattn_attention_opts *opts,
                                                       const clattn_tensor *out,
                                                       const clattn_tensor *weights);
+
+/* Attention over the union of disjoint key ranges from attention over each range: n >= 1 partial
+ * outputs outs[i] (..., Q, dv) and their log-sum-exps lses[i] (..., Q) (opts.lse) give out
+ * (..., Q, dv) and, unless NULL, lse (..., Q), as one op over all the keys would (split-key
+ * decoding, keys split over devices). Exact but for float32 rounding: out = sum_i w_i outs[i]
+ * with w_i = exp(lses[i] - lse), lse = log(sum_i exp(lses[i])). A partial whose LSE is -INFINITY
+ * (every key blocked with fill -INFINITY; its output is NaN) weighs nothing; when every LSE is
+ * -INFINITY, out is NaN and lse -INFINITY, as for such a row of one op; a NaN LSE makes the row
+ * NaN. With a finite fill a fully blocked range's LSE is fill + log(n) rounded to float32 (a
+ * 1/16 step at |fill| = 1e6), which bounds how exactly such ranges are weighed against each
+ * other. With dropout the partials' masks index their own keys, so the merge equals one op over
+ * all the keys in distribution only. */
+CLATTN_API clattn_status clattn_attention_merge(clattn_context *ctx, int n,
+                                                const clattn_tensor *outs,
+                                                const clattn_tensor *lses,
+                                                const clattn_tensor *out,
+                                                const clattn_tensor *lse);
 
 /* d2l's AdditiveAttention weights, PyTorch layout: W_q (h, q_size), W_k (h, k_size), w_v (1, h). */
 typedef struct {

@@ -2,7 +2,8 @@
  * Q K^T * scale))) V with an online softmax over key blocks, never materialising the scores.
  *
  * Layout: Q (nb, nq, d), K (nb, nk, d), V (nb, nk, dv), O (nb, nq, dv), float32 with unit-stride
- * rows; batch bb is (d0, d1) = (bb / D1, bb % D1) for the mask (see common.cl) and for the operands:
+ * rows, and lse (nb, nq) contiguous at lse_off, or NULL: each row's log-sum-exp m + log(l) of its
+ * masked scaled scores (-inf when m is, as its l is then 0); batch bb is (d0, d1) = (bb / D1, bb % D1) for the mask (see common.cl) and for the operands:
  * each operand's int4 layout l = (offset, s0, s1, row stride) puts row `row` of batch bb at element
  * l.x + d0 * l.y + d1 * l.z + row * l.w, so contiguous tensors and multi-head attention's
  * projections (B, T, H * dh), read in place per head, take the same kernels.
@@ -296,8 +297,8 @@ static inline float16 skipped16(__global const float *vt, __global const float *
 __kernel void flash_cpu(__global const float *Q, int4 ql, __global const float *kt,
                         __global const float *V, int4 vl, __global const float *vt,
                         int vt_off, __global const float *vh, int vh_off, __global float *O,
-                        int4 ol, int nq, int nk, int d, int dv, int nblk, float scale,
-                        FLASH_MASK_PARAMS, FLASH_DROP_PARAMS)
+                        int4 ol, __global float *lse, int lse_off, int nq, int nk, int d, int dv,
+                        int nblk, float scale, FLASH_MASK_PARAMS, FLASH_DROP_PARAMS)
 {
     int item = get_global_id(0), bb = get_global_id(1);
     if (item * QG * QR >= nq)
@@ -484,7 +485,9 @@ __kernel void flash_cpu(__global const float *Q, int4 ql, __global const float *
         for (int r = 0; r < QR; r++) {
             if ((item * QG + gi) * QR + r >= nq)
                 break;
-            float inv = 1.0f / hsum16(gl[gi][r]);
+            float l = hsum16(gl[gi][r]), inv = 1.0f / l;
+            if (lse)
+                lse[lse_off + (size_t)bb * nq + grow[gi][r]] = gm[gi][r] + log(l);
             __global float *o = O + flash_at(ol, D1, bb, grow[gi][r]);
             #pragma unroll
             for (int c = 0; c < NVD; c++) {
@@ -518,9 +521,10 @@ __kernel void flash_cpu(__global const float *Q, int4 ql, __global const float *
 __kernel __attribute__((reqd_work_group_size(BQ, 1, 1)))
 void flash_gpu(__global const float *Q, int4 ql, __global const float *K, int4 kl,
                __global const float *V, int4 vl, __global const float *vt, int vt_off,
-               __global const float *vh, int vh_off, int nblk, __global float *O, int4 ol, int nq,
-               int nk, int d, int dv, float scale, int k_lo, int k_hi, __global float *part,
-               int part_off, FLASH_MASK_PARAMS, FLASH_DROP_PARAMS)
+               __global const float *vh, int vh_off, int nblk, __global float *O, int4 ol,
+               __global float *lse, int lse_off, int nq, int nk, int d, int dv, float scale,
+               int k_lo, int k_hi, __global float *part, int part_off, FLASH_MASK_PARAMS,
+               FLASH_DROP_PARAMS)
 {
     __local float Ks[BK][DP + 1]; /* +1: rows land in different banks */
     __local float Vs[BK][DVP];
@@ -626,6 +630,8 @@ void flash_gpu(__global const float *Q, int4 ql, __global const float *K, int4 k
         return;
     }
     float inv = 1.0f / l;
+    if (lse)
+        lse[lse_off + (size_t)bb * nq + row] = m + log(l);
     __global const float *z =
         vt && stop >= 0 && stop < nblk ? vt + vt_off + ((size_t)kb * nblk + stop) * DVP : 0;
     __global const float *zh =

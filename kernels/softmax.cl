@@ -1,7 +1,10 @@
 /* clattn masked softmax over the last axis.
  *
  * Layout: x and y are row-major (D0, D1, Q, K) float32 starting at element offsets x_off, y_off;
- * nrows = D0 * D1 * Q. y may alias x. Mask arguments as described in common.cl.
+ * nrows = D0 * D1 * Q. y may alias x. lse: NULL, or row r's log-sum-exp at lse[lse_off + r].
+ * Mask arguments as described in common.cl.
+ * A row whose maximum is -inf (every score -inf) subtracts 0 instead: its exponentials are 0, so
+ * its log-sum-exp is log(0) = -inf and its outputs 0 * (1 / 0) = NaN, as PyTorch's softmax.
  * Variants: masked_softmax_rows (CPU shape: one work-item per row, VW-wide vectors, three passes
  * over a row that stays in L1) and masked_softmax_wg (GPU shape: one work-group of WG items per row,
  * strided coalesced loads and tree reductions in local memory). */
@@ -86,8 +89,8 @@ static inline float hsum(floatV v)
  * and every key past them holds the same fill value, so its exponential is computed once, the
  * blocked scores are never read, and the blocked outputs are one constant. Same result as
  * masking every element first. */
-static inline void softmax_prefix(__global const float *xr, __global float *yr, int K, int limit,
-                                  float fill)
+static inline float softmax_prefix(__global const float *xr, __global float *yr, int K, int limit,
+                                   float fill)
 {
     int lv = limit - limit % VW, k;
     floatV mv = (floatV)(-INFINITY);
@@ -97,6 +100,7 @@ static inline void softmax_prefix(__global const float *xr, __global float *yr, 
     for (; k < limit; k++)
         m = fmax(m, xr[k]);
     m = fmax(m, hmax(mv));
+    m = m == -INFINITY ? 0.0f : m; /* see the top of the file */
 
     floatV sv = (floatV)(0.0f);
     float s = 0.0f;
@@ -125,10 +129,11 @@ static inline void softmax_prefix(__global const float *xr, __global float *yr, 
         vstoreV((floatV)(y_fill), 0, yr + k);
     for (; k < K; k++)
         yr[k] = y_fill;
+    return m + log(s);
 }
 
 __kernel void masked_softmax_rows(__global const float *x, int x_off, __global float *y, int y_off,
-                                  int nrows, int K, MASK_PARAMS)
+                                  __global float *lse, int lse_off, int nrows, int K, MASK_PARAMS)
 {
     int r = get_global_id(0);
     if (r >= nrows)
@@ -140,7 +145,9 @@ __kernel void masked_softmax_rows(__global const float *x, int x_off, __global f
     __global const float *xr = x + x_off + (size_t)r * K;
     __global float *yr = y + y_off + (size_t)r * K;
     if (!mrow && lo == 0) {
-        softmax_prefix(xr, yr, K, limit, fill);
+        float l = softmax_prefix(xr, yr, K, limit, fill);
+        if (lse)
+            lse[lse_off + r] = l;
         return;
     }
     int kv = K - K % VW, k;
@@ -152,6 +159,7 @@ __kernel void masked_softmax_rows(__global const float *x, int x_off, __global f
     for (; k < K; k++)
         m = fmax(m, clattn_masked(xr[k], k, lo, limit, mrow, ms.w, fill));
     m = fmax(m, hmax(mv));
+    m = m == -INFINITY ? 0.0f : m;
 
     floatV sv = (floatV)(0.0f);
     float s = 0.0f;
@@ -166,6 +174,8 @@ __kernel void masked_softmax_rows(__global const float *x, int x_off, __global f
         yr[k] = e;
     }
     s += hsum(sv);
+    if (lse)
+        lse[lse_off + r] = m + log(s);
 
     float inv = 1.0f / s;
     for (k = 0; k < kv; k += VW)
@@ -175,8 +185,8 @@ __kernel void masked_softmax_rows(__global const float *x, int x_off, __global f
 }
 
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
-void masked_softmax_wg(__global const float *x, int x_off, __global float *y, int y_off, int nrows,
-                       int K, MASK_PARAMS)
+void masked_softmax_wg(__global const float *x, int x_off, __global float *y, int y_off,
+                       __global float *lse, int lse_off, int nrows, int K, MASK_PARAMS)
 {
     __local float red[WG];
     int r = get_group_id(0), t = get_local_id(0);
@@ -197,7 +207,7 @@ void masked_softmax_wg(__global const float *x, int x_off, __global float *y, in
             red[t] = fmax(red[t], red[t + w]);
         barrier(CLK_LOCAL_MEM_FENCE);
     }
-    m = red[0];
+    m = red[0] == -INFINITY ? 0.0f : red[0];
     barrier(CLK_LOCAL_MEM_FENCE);
 
     float s = 0.0f;
@@ -213,6 +223,8 @@ void masked_softmax_wg(__global const float *x, int x_off, __global float *y, in
             red[t] += red[t + w];
         barrier(CLK_LOCAL_MEM_FENCE);
     }
+    if (lse && t == 0)
+        lse[lse_off + r] = m + log(red[0]);
     float inv = 1.0f / red[0];
     for (int k = t; k < K; k += WG)
         yr[k] *= inv;

@@ -132,8 +132,11 @@ clattn_status clattn_additive_attention(clattn_context *ctx, const clattn_tensor
     size_t B = queries->dims[0], nq = queries->dims[1], nk = keys->dims[1];
     size_t sdims[3] = {B, nq, nk};
     const clattn_dropout_params *drop;
+    const clattn_tensor *lse;
     const clattn_arg outs[2] = {{out, "out"}, {weights, "weights"}};
-    CHECK_ST(clattn__resolve_opts(ctx, opts, 3, sdims, outs, 2, &m, &drop));
+    const clattn_arg ins[6] = {{queries, "queries"}, {keys, "keys"}, {values, "values"},
+                               {w->W_q, "w.W_q"}, {w->W_k, "w.W_k"}, {w->w_v, "w.w_v"}};
+    CHECK_ST(clattn__resolve_opts(ctx, opts, 3, sdims, ins, 6, outs, 2, &m, &drop, &lse));
     /* scratch: projected queries and keys, then scores (unless returned) and dropped weights */
     size_t nqp = B * nq * h, nkp = B * nk * h, ns = B * nq * nk;
     int dropping = clattn__dropout_active(drop);
@@ -147,7 +150,7 @@ clattn_status clattn_additive_attention(clattn_context *ctx, const clattn_tensor
     CHECK_ST(clattn__enqueue_matmul(ctx, queries, 0, w->W_q, 1, 1.0f, 0.0f, NULL, &qp));
     CHECK_ST(clattn__enqueue_matmul(ctx, keys, 0, w->W_k, 1, 1.0f, 0.0f, NULL, &kp));
     CHECK_ST(enqueue_scores(ctx, &qp, &kp, w->w_v, &S));
-    CHECK_ST(clattn__enqueue_softmax(ctx, &tune, &S, &m, &S));
+    CHECK_ST(clattn__enqueue_softmax(ctx, &tune, &S, &m, &S, lse));
     if (dropping)
         CHECK_ST(clattn__enqueue_dropout(ctx, S.buf, S.offset, P.buf, P.offset, ns, 0, drop));
     CHECK_ST(clattn__enqueue_matmul(ctx, &P, 0, values, 0, 1.0f, 0.0f, NULL, out));

@@ -22,16 +22,43 @@ fail:
     return st;
 }
 
-clattn_status clattn__resolve_opts(clattn_context *ctx, const clattn_attention_opts *opts,
-                                   int rank, const size_t *sdims, const clattn_arg *outs,
-                                   int nouts, clattn_mask_args *m,
-                                   const clattn_dropout_params **drop)
+/* opts.lse, when given: float32 of the score shape without its last dim, overlapping nothing */
+static clattn_status check_lse(clattn_context *ctx, const clattn_tensor *lse, int rank,
+                               const size_t *sdims, const clattn_arg *ins, int nins,
+                               const clattn_arg *outs, int nouts)
 {
     clattn_status st = CLATTN_SUCCESS;
+    char s1[96], s2[96];
+    clattn_tensor want = clattn_view(NULL, CLATTN_FLOAT32, 0, rank - 1, sdims);
+    CHECK_ST(clattn__check_tensor(ctx, lse, "opts.lse", CLATTN_FLOAT32, 1, 3));
+    CHECK(ctx, lse->ndim == rank - 1 &&
+                   memcmp(lse->dims, sdims, sizeof(size_t) * (size_t)(rank - 1)) == 0,
+          CLATTN_ERROR_SHAPE_MISMATCH, "opts.lse: shape %s, expected %s (the scores' without the "
+          "key dim)", clattn__shape_str(lse, s1, sizeof s1), clattn__shape_str(&want, s2, sizeof s2));
+    const clattn_arg me[1] = {{lse, "opts.lse"}};
+    CHECK_ST(clattn__check_no_overlap(ctx, me, 1, ins, nins));
+    CHECK_ST(clattn__check_no_overlap(ctx, me, 1, outs, nouts));
+fail:
+    return st;
+}
+
+clattn_status clattn__resolve_opts(clattn_context *ctx, const clattn_attention_opts *opts,
+                                   int rank, const size_t *sdims, const clattn_arg *ins, int nins,
+                                   const clattn_arg *outs, int nouts, clattn_mask_args *m,
+                                   const clattn_dropout_params **drop, const clattn_tensor **lse)
+{
+    clattn_status st = CLATTN_SUCCESS;
+    clattn_arg all[3]; /* outs (at most two) and the lse */
     *drop = opts ? &opts->dropout : NULL;
+    *lse = opts ? opts->lse : NULL;
     CHECK_ST(clattn__check_dropout(ctx, *drop, "opts.dropout"));
+    if (*lse)
+        CHECK_ST(check_lse(ctx, *lse, rank, sdims, ins, nins, outs, nouts));
+    memcpy(all, outs, sizeof *outs * (size_t)nouts);
+    all[nouts].t = *lse;
+    all[nouts].name = "opts.lse";
     CHECK_ST(clattn__resolve_mask_dims(ctx, opts ? &opts->mask : NULL, rank, sdims, "opts.mask",
-                                       outs, nouts, m));
+                                       all, nouts + 1, m));
 fail:
     return st;
 }
@@ -63,7 +90,8 @@ clattn_status clattn__attention_core(clattn_context *ctx, const clattn_tensor *Q
                                      const clattn_tensor *K, const clattn_tensor *V,
                                      const clattn_mask_args *mask,
                                      const clattn_dropout_params *dropout, float scale,
-                                     const clattn_tensor *out, const clattn_tensor *weights)
+                                     const clattn_tensor *out, const clattn_tensor *weights,
+                                     const clattn_tensor *lse)
 {
     clattn_status st = CLATTN_SUCCESS;
     clattn_tuning tune, att;
@@ -78,7 +106,7 @@ clattn_status clattn__attention_core(clattn_context *ctx, const clattn_tensor *Q
         clattn_flash_operand fv = clattn__flash_operand(V, mask->D1 / (int)G);
         clattn_flash_operand fo = clattn__flash_operand(out, mask->D1);
         return clattn__enqueue_flash(ctx, &att, &fq, &fk, &fv, &fo, (int)G, d, dv, mask, dropout,
-                                     scale);
+                                     scale, lse);
     }
     size_t n = clattn__batch_count(Q, 2) * nq * nk;
     int drop = clattn__dropout_active(dropout);
@@ -95,7 +123,7 @@ clattn_status clattn__attention_core(clattn_context *ctx, const clattn_tensor *Q
     clattn_tensor Og = grouped(out, G);
     CHECK_ST(clattn__tune(ctx, "softmax", &tune));
     CHECK_ST(clattn__enqueue_matmul(ctx, &Qg, 0, K, 1, scale, 0.0f, NULL, &Sg));
-    CHECK_ST(clattn__enqueue_softmax(ctx, &tune, &S, mask, &S));
+    CHECK_ST(clattn__enqueue_softmax(ctx, &tune, &S, mask, &S, lse));
     if (drop)
         CHECK_ST(clattn__enqueue_dropout(ctx, S.buf, S.offset, P.buf, P.offset, n, 0, dropout));
     CHECK_ST(clattn__enqueue_matmul(ctx, &Pg, 0, V, 0, 1.0f, 0.0f, NULL, &Og));
@@ -162,6 +190,7 @@ clattn_status clattn_dot_product_attention(clattn_context *ctx, const clattn_ten
     clattn_status st = CLATTN_SUCCESS;
     clattn_mask_args m = {0};
     const clattn_dropout_params *drop;
+    const clattn_tensor *lse;
     CHECK_DRY_RUN(ctx, clattn_dot_product_attention(ctx, Q, K, V, opts, out, weights));
     CHECK(NULL, ctx, CLATTN_ERROR_INVALID_ARGUMENT, "ctx: NULL context");
     CHECK_ST(check_qkv(ctx, Q, K, V, out, weights));
@@ -172,8 +201,9 @@ clattn_status clattn_dot_product_attention(clattn_context *ctx, const clattn_ten
     memcpy(sdims, Q->dims, sizeof sdims);
     sdims[Q->ndim - 1] = K->dims[K->ndim - 2];
     const clattn_arg outs[2] = {{out, "out"}, {weights, "weights"}};
-    CHECK_ST(clattn__resolve_opts(ctx, opts, Q->ndim, sdims, outs, 2, &m, &drop));
-    CHECK_ST(clattn__attention_core(ctx, Q, K, V, &m, drop, scale, out, weights));
+    const clattn_arg ins[3] = {{Q, "Q"}, {K, "K"}, {V, "V"}};
+    CHECK_ST(clattn__resolve_opts(ctx, opts, Q->ndim, sdims, ins, 3, outs, 2, &m, &drop, &lse));
+    CHECK_ST(clattn__attention_core(ctx, Q, K, V, &m, drop, scale, out, weights, lse));
 fail:
     clattn__mask_release(&m);
     return st;

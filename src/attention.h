@@ -35,28 +35,32 @@ clattn_status clattn__enqueue_flash(clattn_context *ctx, const clattn_tuning *tu
                                     const clattn_flash_operand *Q, const clattn_flash_operand *K,
                                     const clattn_flash_operand *V, const clattn_flash_operand *out,
                                     int G, int d, int dv, const clattn_mask_args *m,
-                                    const clattn_dropout_params *dropout, float scale);
+                                    const clattn_dropout_params *dropout, float scale,
+                                    const clattn_tensor *lse);
 
 /* heads.c: (B, T, H, dh) <-> (B, H, T, dh) between two buffers. */
 clattn_status clattn__enqueue_heads(clattn_context *ctx, cl_mem src, size_t s_off, cl_mem dst,
                                     size_t d_off, int B, int T, int H, int dh, int to_heads);
 
 /* attention.c: out = dropout(masked_softmax(Q K^T * scale)) V on views with equal leading dims;
- * weights (..., Q, K) or NULL. Uses the ATTN scratch slot. */
+ * weights (..., Q, K) or NULL; lse (..., Q) contiguous or NULL. Uses the ATTN scratch slot. */
 clattn_status clattn__attention_core(clattn_context *ctx, const clattn_tensor *Q,
                                      const clattn_tensor *K, const clattn_tensor *V,
                                      const clattn_mask_args *mask,
                                      const clattn_dropout_params *dropout, float scale,
-                                     const clattn_tensor *out, const clattn_tensor *weights);
+                                     const clattn_tensor *out, const clattn_tensor *weights,
+                                     const clattn_tensor *lse);
 /* queries (B, Q, *), keys (B, K, *), values (B, K, *), out rank 3: the modules' common checks. */
 clattn_status clattn__check_module_inputs(clattn_context *ctx, const clattn_tensor *q,
                                          const clattn_tensor *k, const clattn_tensor *v,
                                          const clattn_tensor *out);
-/* Checks opts' dropout and resolves its mask for scores of the given shape (opts may be NULL);
- * the mask's tensors must not overlap outs. *drop is the dropout to apply (NULL for none).
- * Release m with clattn__mask_release. */
+/* Checks opts' dropout and lse and resolves its mask for scores of the given shape (opts may be
+ * NULL); the lse must not overlap ins or outs, nor the mask's tensors outs or the lse. *drop is
+ * the dropout to apply (NULL for none), *lse opts' lse (NULL for none). Release m with
+ * clattn__mask_release. */
 clattn_status clattn__resolve_opts(clattn_context *ctx, const clattn_attention_opts *opts,
-                                   int score_rank, const size_t *score_dims, const clattn_arg *outs,
-                                   int nouts, clattn_mask_args *m,
-                                   const clattn_dropout_params **drop);
+                                   int score_rank, const size_t *score_dims, const clattn_arg *ins,
+                                   int nins, const clattn_arg *outs, int nouts,
+                                   clattn_mask_args *m, const clattn_dropout_params **drop,
+                                   const clattn_tensor **lse);
 #endif

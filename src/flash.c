@@ -38,10 +38,12 @@ typedef struct {
     cl_uint2 seed, offset;
     cl_uint threshold;
     float dscale;
+    cl_mem lse; /* NULL, or the rows' log-sum-exps (nb, nq) from element lse_off */
+    int lse_off;
 } flash_args;
 
 static flash_args make_args(const clattn_mask_args *m, int G, int d, int dv, float scale,
-                            const clattn_dropout_params *p)
+                            const clattn_dropout_params *p, const clattn_tensor *lse)
 {
     flash_args a;
     memset(&a, 0, sizeof a);
@@ -53,6 +55,8 @@ static flash_args make_args(const clattn_mask_args *m, int G, int d, int dv, flo
     a.D1kv = m->D1 / G;
     a.nbkv = (size_t)m->D0 * (size_t)a.D1kv;
     a.scale = scale;
+    a.lse = lse ? lse->buf : NULL;
+    a.lse_off = lse ? (int)lse->offset : 0;
     a.drop = clattn__dropout_active(p);
     if (a.drop) {
         a.seed.s[0] = (cl_uint)p->seed;
@@ -199,9 +203,10 @@ static clattn_status enqueue_cpu(clattn_context *ctx, const clattn_tuning *tune,
     cl_mem vt = nvt ? buf : NULL, vh = nvh ? buf : NULL;
     CHECK_ST(clattn__set_args(ctx, kf, "flash_cpu", ARG(Q->buf), ARG(Q->l), ARG(buf),
                               ARG(vrows.buf), ARG(vrows.l), ARG(vt), ARG(vt_off), ARG(vh),
-                              ARG(vh_off), ARG(out->buf), ARG(out->l), ARG(a->nq), ARG(a->nk),
-                              ARG(a->d), ARG(a->dv), ARG(nblk), ARG(a->scale), ARGS_END));
-    CHECK_ST(set_tail(ctx, kf, 17, m, a));
+                              ARG(vh_off), ARG(out->buf), ARG(out->l), ARG(a->lse), ARG(a->lse_off),
+                              ARG(a->nq), ARG(a->nk), ARG(a->d), ARG(a->dv), ARG(nblk),
+                              ARG(a->scale), ARGS_END));
+    CHECK_ST(set_tail(ctx, kf, 19, m, a));
     /* WG items (QG x QR rows each) of one batch per work-group: PoCL runs them one after another
      * on one core, so the batch's K and V panels stay in its L2. An explicit local size also keeps
      * PoCL from choosing thousands of work-items per group, whose private arrays overflow its
@@ -308,9 +313,9 @@ static clattn_status enqueue_gpu(clattn_context *ctx, const clattn_tuning *tune,
         CHECK_ST(clattn__set_args(ctx, kf, "flash_gpu", ARG(Q->buf), ARG(Q->l), ARG(K->buf),
                                   ARG(K->l), ARG(V->buf), ARG(V->l), ARG(vt), ARG(vt_off),
                                   ARG(vh), ARG(vh_off), ARG(nblk), ARG(out->buf), ARG(out->l),
-                                  ARG(a->nq), ARG(a->nk), ARG(a->d), ARG(a->dv), ARG(a->scale),
+                                  ARG(a->lse), ARG(a->lse_off), ARG(a->nq), ARG(a->nk), ARG(a->d), ARG(a->dv), ARG(a->scale),
                                   ARG(k_lo), ARG(k_hi), ARG(part), ARG(part_off), ARGS_END));
-        CHECK_ST(set_tail(ctx, kf, 22, m, a));
+        CHECK_ST(set_tail(ctx, kf, 24, m, a));
         CHECK_ST(clattn__launch(ctx, kf, 2, gws, lws, "flash_gpu"));
     }
 fail:
@@ -321,9 +326,10 @@ clattn_status clattn__enqueue_flash(clattn_context *ctx, const clattn_tuning *tu
                                     const clattn_flash_operand *Q, const clattn_flash_operand *K,
                                     const clattn_flash_operand *V, const clattn_flash_operand *out,
                                     int G, int d, int dv, const clattn_mask_args *m,
-                                    const clattn_dropout_params *dropout, float scale)
+                                    const clattn_dropout_params *dropout, float scale,
+                                    const clattn_tensor *lse)
 {
-    flash_args a = make_args(m, G, d, dv, scale, dropout);
+    flash_args a = make_args(m, G, d, dv, scale, dropout, lse);
     if (strcmp(tune->variant, "gpu") == 0)
         return enqueue_gpu(ctx, tune, Q, K, V, m, &a, out);
     return enqueue_cpu(ctx, tune, Q, K, V, m, &a, out);

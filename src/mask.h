@@ -36,8 +36,9 @@ int clattn__mask_has_left(const clattn_mask_args *m);
 /* Drops the uploaded lengths (the device frees them once queued kernels are done). */
 void clattn__mask_release(clattn_mask_args *m);
 
-/* softmax.c: launches the chosen softmax variant (arguments already checked). */
+/* softmax.c: launches the chosen softmax variant (arguments already checked); lse: NULL or each
+ * row's log-sum-exp, a contiguous tensor of the rows. */
 clattn_status clattn__enqueue_softmax(clattn_context *ctx, const clattn_tuning *tune,
                                       const clattn_tensor *x, const clattn_mask_args *m,
-                                      const clattn_tensor *y);
+                                      const clattn_tensor *y, const clattn_tensor *lse);
 #endif

@@ -3,6 +3,7 @@
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <string.h>
 
 /* W (rows, x's last dim) and its optional bias (rows); *rows == 0 takes W's rows. */
 static clattn_status check_linear(clattn_context *ctx, const clattn_tensor *W, const char *wname,
@@ -32,6 +33,18 @@ fail:
 static int kv_heads(const clattn_mha_weights *w)
 {
     return w->num_kv_heads ? w->num_kv_heads : w->num_heads;
+}
+
+#define MHA_NINS 11
+/* Every input of the op, for the overlap checks. */
+static void mha_inputs(const clattn_tensor *q, const clattn_tensor *k, const clattn_tensor *v,
+                       const clattn_mha_weights *w, clattn_arg ins[MHA_NINS])
+{
+    const clattn_arg all[MHA_NINS] = {{q, "queries"}, {k, "keys"},   {v, "values"},
+                                      {w->W_q, "w.W_q"}, {w->W_k, "w.W_k"}, {w->W_v, "w.W_v"},
+                                      {w->W_o, "w.W_o"}, {w->b_q, "w.b_q"}, {w->b_k, "w.b_k"},
+                                      {w->b_v, "w.b_v"}, {w->b_o, "w.b_o"}};
+    memcpy(ins, all, sizeof all);
 }
 
 /* hid: W_q's rows (num_heads x dh); kvhid: W_k's and W_v's (num_kv_heads x dh). */
@@ -71,11 +84,9 @@ static clattn_status check_mha(clattn_context *ctx, const clattn_tensor *q, cons
               clattn__shape_str(weights, s1, sizeof s1), B, H, nq, nk);
     }
     const clattn_arg outs[2] = {{out, "out"}, {weights, "weights"}};
-    const clattn_arg ins[11] = {{q, "queries"}, {k, "keys"},   {v, "values"},   {w->W_q, "w.W_q"},
-                                {w->W_k, "w.W_k"}, {w->W_v, "w.W_v"}, {w->W_o, "w.W_o"},
-                                {w->b_q, "w.b_q"}, {w->b_k, "w.b_k"}, {w->b_v, "w.b_v"},
-                                {w->b_o, "w.b_o"}};
-    CHECK_ST(clattn__check_no_overlap(ctx, outs, 2, ins, 11));
+    clattn_arg ins[MHA_NINS];
+    mha_inputs(q, k, v, w, ins);
+    CHECK_ST(clattn__check_no_overlap(ctx, outs, 2, ins, MHA_NINS));
 fail:
     return st;
 }
@@ -109,14 +120,15 @@ static mha_layout layout(size_t B, size_t nq, size_t nk, size_t hid, size_t kvhi
 static clattn_status heads_fused(clattn_context *ctx, const clattn_tuning *att, cl_mem buf,
                                  const mha_layout *l, size_t nq, size_t nk, size_t hid,
                                  size_t kvhid, size_t dh, const clattn_mask_args *m,
-                                 const clattn_dropout_params *drop, float scale)
+                                 const clattn_dropout_params *drop, float scale,
+                                 const clattn_tensor *lse)
 {
     clattn_flash_operand q = clattn__flash_strided(buf, l->qp, nq * hid, dh, hid);
     clattn_flash_operand k = clattn__flash_strided(buf, l->kp, nk * kvhid, dh, kvhid);
     clattn_flash_operand v = clattn__flash_strided(buf, l->vp, nk * kvhid, dh, kvhid);
     clattn_flash_operand o = clattn__flash_strided(buf, l->qh, nq * hid, dh, hid);
     return clattn__enqueue_flash(ctx, att, &q, &k, &v, &o, (int)(hid / kvhid), (int)dh, (int)dh,
-                                 m, drop, scale);
+                                 m, drop, scale, lse);
 }
 
 /* d2l's transpose_qkv, attention and transpose_output through scratch; the concatenation lands
@@ -124,7 +136,8 @@ static clattn_status heads_fused(clattn_context *ctx, const clattn_tuning *att, 
 static clattn_status heads_unfused(clattn_context *ctx, cl_mem buf, const mha_layout *l, size_t B,
                                    size_t H, size_t Hkv, size_t nq, size_t nk, size_t dh,
                                    const clattn_mask_args *m, const clattn_dropout_params *drop,
-                                   float scale, const clattn_tensor *weights)
+                                   float scale, const clattn_tensor *weights,
+                                   const clattn_tensor *lse)
 {
     clattn_status st = CLATTN_SUCCESS;
     clattn_tensor qh = clattn_view(buf, CLATTN_FLOAT32, l->qh, 4, (size_t[]){B, H, nq, dh});
@@ -135,7 +148,7 @@ static clattn_status heads_unfused(clattn_context *ctx, cl_mem buf, const mha_la
     CHECK_ST(clattn__enqueue_heads(ctx, buf, l->qp, buf, l->qh, b, (int)nq, h, d, 1));
     CHECK_ST(clattn__enqueue_heads(ctx, buf, l->kp, buf, l->kh, b, (int)nk, hkv, d, 1));
     CHECK_ST(clattn__enqueue_heads(ctx, buf, l->vp, buf, l->vh, b, (int)nk, hkv, d, 1));
-    CHECK_ST(clattn__attention_core(ctx, &qh, &kh, &vh, m, drop, scale, &oh, weights));
+    CHECK_ST(clattn__attention_core(ctx, &qh, &kh, &vh, m, drop, scale, &oh, weights, lse));
     CHECK_ST(clattn__enqueue_heads(ctx, buf, l->oh, buf, l->qp, b, (int)nq, h, d, 0));
 fail:
     return st;
@@ -161,8 +174,11 @@ clattn_status clattn_multihead_attention(clattn_context *ctx, const clattn_tenso
     float scale = (float)(1.0 / sqrt((double)dh));
     size_t sdims[4] = {B, H, nq, nk};
     const clattn_dropout_params *drop;
+    const clattn_tensor *lse;
     const clattn_arg outs[2] = {{out, "out"}, {weights, "weights"}};
-    CHECK_ST(clattn__resolve_opts(ctx, opts, 4, sdims, outs, 2, &m, &drop));
+    clattn_arg ins[MHA_NINS];
+    mha_inputs(queries, keys, values, w, ins);
+    CHECK_ST(clattn__resolve_opts(ctx, opts, 4, sdims, ins, MHA_NINS, outs, 2, &m, &drop, &lse));
     CHECK_ST(clattn__tune(ctx, "attention", &att));
     int fused = !weights && clattn__flash_supports(&att, dh, dh);
     mha_layout l = layout(B, nq, nk, hid, kvhid, fused);
@@ -177,9 +193,10 @@ clattn_status clattn_multihead_attention(clattn_context *ctx, const clattn_tenso
     CHECK_ST(clattn__enqueue_matmul(ctx, keys, 0, w->W_k, 1, 1.0f, 0.0f, w->b_k, &kp));
     CHECK_ST(clattn__enqueue_matmul(ctx, values, 0, w->W_v, 1, 1.0f, 0.0f, w->b_v, &vp));
     if (fused)
-        CHECK_ST(heads_fused(ctx, &att, buf, &l, nq, nk, hid, kvhid, dh, &m, drop, scale));
+        CHECK_ST(heads_fused(ctx, &att, buf, &l, nq, nk, hid, kvhid, dh, &m, drop, scale, lse));
     else
-        CHECK_ST(heads_unfused(ctx, buf, &l, B, H, Hkv, nq, nk, dh, &m, drop, scale, weights));
+        CHECK_ST(heads_unfused(ctx, buf, &l, B, H, Hkv, nq, nk, dh, &m, drop, scale, weights,
+                               lse));
     clattn_tensor concat = clattn_view(buf, CLATTN_FLOAT32, fused ? l.qh : l.qp, 3,
                                        (size_t[]){B, nq, hid});
     CHECK_ST(clattn__enqueue_matmul(ctx, &concat, 0, w->W_o, 1, 1.0f, 0.0f, w->b_o, out));

@@ -24,7 +24,7 @@ clattn_status clattn_masked_softmax(clattn_context *ctx, const clattn_tensor *sc
     const clattn_arg outs[1] = {{out, "out"}};
     CHECK_ST(clattn__resolve_mask(ctx, mask, scores, "mask", outs, 1, &m));
     CHECK_ST(clattn__tune(ctx, "softmax", &tune));
-    CHECK_ST(clattn__enqueue_softmax(ctx, &tune, scores, &m, out));
+    CHECK_ST(clattn__enqueue_softmax(ctx, &tune, scores, &m, out, NULL));
 fail:
     clattn__mask_release(&m);
     return st;
@@ -55,7 +55,7 @@ static clattn_status check_loops(clattn_context *ctx, const clattn_tuning *t, in
 
 clattn_status clattn__enqueue_softmax(clattn_context *ctx, const clattn_tuning *tune,
                                       const clattn_tensor *x, const clattn_mask_args *m,
-                                      const clattn_tensor *y)
+                                      const clattn_tensor *y, const clattn_tensor *lse)
 {
     clattn_status st = CLATTN_SUCCESS;
     cl_kernel k;
@@ -63,6 +63,8 @@ clattn_status clattn__enqueue_softmax(clattn_context *ctx, const clattn_tuning *
     int gpu = strcmp(t.variant, "gpu") == 0;
     int nrows = (int)(clattn_tensor_numel(x) / m->K), K = m->K;
     int x_off = (int)x->offset, y_off = (int)y->offset, WG = clattn__tune_int(&t, "WG", 128);
+    cl_mem lse_buf = lse ? lse->buf : NULL;
+    int lse_off = lse ? (int)lse->offset : 0;
     size_t gws = (size_t)nrows, lws = 0, kernel_wg = 0;
     for (;;) {
         CHECK_ST(clattn__get_kernel(ctx, "softmax.cl", t.defines,
@@ -82,10 +84,10 @@ clattn_status clattn__enqueue_softmax(clattn_context *ctx, const clattn_tuning *
         CHECK_ST(check_loops(ctx, &t, K, WG));
     }
     CHECK_ST(clattn__set_args(ctx, k, "masked_softmax", ARG(x->buf), ARG(x_off), ARG(y->buf),
-                              ARG(y_off), ARG(nrows), ARG(K), ARG(m->Q), ARG(m->D1),
-                              ARG(m->lens), ARG(m->lens_off), ARG(m->lens_mode), ARG(m->mask),
-                              ARG(m->mask_off), ARG(m->ms), ARG(m->win), ARG(m->fill),
-                              ARGS_END));
+                              ARG(y_off), ARG(lse_buf), ARG(lse_off), ARG(nrows), ARG(K),
+                              ARG(m->Q), ARG(m->D1), ARG(m->lens), ARG(m->lens_off),
+                              ARG(m->lens_mode), ARG(m->mask), ARG(m->mask_off), ARG(m->ms),
+                              ARG(m->win), ARG(m->fill), ARGS_END));
     CHECK_ST(clattn__launch(ctx, k, 1, &gws, lws ? &lws : NULL, "masked_softmax"));
 fail:
     return st;

@@ -156,6 +156,20 @@ void h_assert_close(const float *got, const double *ref, size_t n, double rtol, 
     free(scale);
 }
 
+void h_assert_lse(const float *got, const double *ref, const double *mag, size_t n,
+                  const char *what)
+{
+    double *scale = malloc(n * sizeof *scale);
+    assert_non_null(scale);
+    for (size_t i = 0; i < n; i++) {
+        float r = (float)fabs(ref[i]);
+        double ulp = isfinite(r) ? (double)nextafterf(r, INFINITY) - r : 0.0;
+        scale[i] = 2.0 * ulp + H_LSE_TOL * (1.0 + mag[i]);
+    }
+    h_assert_scaled(got, ref, scale, n, 1.0, what);
+    free(scale);
+}
+
 void h_assert_bytes(const clattn_tensor *t, const void *expect, const char *what)
 {
     void *got = h_read(t);

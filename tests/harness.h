@@ -40,6 +40,14 @@ void h_assert_close(const float *got, const double *ref, size_t n, double rtol, 
 /* Same with a per-element scale: |got - ref| <= tol * scale[i]. */
 void h_assert_scaled(const float *got, const double *ref, const double *scale, size_t n, double tol,
                      const char *what);
+/* A row's log-sum-exp m + log(l) carries its maximum score's float32 rounding (about sqrt(d) ulp
+ * of mag, the row's |scale| sum_e |q_e k_e|), the sum l's few ulp (absolute, after the log) and
+ * its own rounding (half an ulp of |lse|: 1/32 at a fill of -1e6). Allowed: 2 ulp(|lse|) +
+ * H_LSE_TOL (1 + mag), 10x the first two; a key counted or dropped wrongly moves it by log(1 + w)
+ * for the key's weight w, far more. */
+#define H_LSE_TOL 1e-5
+void h_assert_lse(const float *got, const double *ref, const double *mag, size_t n,
+                  const char *what);
 /* Asserts that a buffer's bytes equal `expect` (untouched outputs). */
 void h_assert_bytes(const clattn_tensor *t, const void *expect, const char *what);
 /* Asserts that the last error mentions `needle`. */

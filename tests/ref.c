@@ -170,3 +170,47 @@ void ref_attention(const ref_mask *m, int d, int dv, const double *q, const doub
                  out + (size_t)b * Q * dv);
     free(s);
 }
+
+void ref_masked_lse_d(const ref_mask *m, const double *x, double *lse)
+{
+    size_t rows = (size_t)m->D0 * m->D1 * m->Q;
+    for (size_t r = 0; r < rows; r++) {
+        int q = (int)(r % m->Q), d1 = (int)(r / m->Q % m->D1), d0 = (int)(r / m->Q / m->D1);
+        double mx = -INFINITY, sum = 0;
+        int nan = 0;
+        for (int k = 0; k < m->K; k++) {
+            double v = ref_blocked(m, d0, d1, q, k) ? m->fill : x[r * m->K + k];
+            nan |= isnan(v);
+            mx = fmax(mx, v);
+        }
+        for (int k = 0; mx > -INFINITY && k < m->K; k++)
+            sum += exp((ref_blocked(m, d0, d1, q, k) ? m->fill : x[r * m->K + k]) - mx);
+        lse[r] = nan ? NAN : mx == -INFINITY ? -INFINITY : mx + log(sum);
+    }
+}
+
+void ref_attention_lse(const ref_mask *m, int d, const double *q, const double *k, double scale,
+                       double *lse, double *mag)
+{
+    int nb = m->D0 * m->D1, Q = m->Q, K = m->K;
+    double *s = malloc((size_t)nb * Q * K * sizeof *s);
+    for (int b = 0; b < nb; b++)
+        for (int i = 0; i < Q; i++) {
+            double mg = 0;
+            for (int j = 0; j < K; j++) {
+                const double *qi = q + ((size_t)b * Q + i) * d, *kj = k + ((size_t)b * K + j) * d;
+                double acc = 0, a = 0;
+                for (int e = 0; e < d; e++) {
+                    acc += qi[e] * kj[e];
+                    a += fabs(qi[e] * kj[e]);
+                }
+                s[((size_t)b * Q + i) * K + j] = scale * acc;
+                mg = fmax(mg, fabs(scale) * a);
+            }
+            if (mag)
+                mag[(size_t)b * Q + i] = mg;
+        }
+    if (lse)
+        ref_masked_lse_d(m, s, lse);
+    free(s);
+}

@@ -31,6 +31,10 @@ void ref_masked_softmax(const ref_mask *m, const float *x, double *out);
 /* Same on double input. */
 void ref_masked_softmax_d(const ref_mask *m, const double *x, double *out);
 
+/* lse[row] = log(sum_k exp(masked_fill(x, blocked, fill))) over K, rows (D0, D1, Q), double
+ * input; -inf when every masked score is -inf, NaN when one is NaN. */
+void ref_masked_lse_d(const ref_mask *m, const double *x, double *lse);
+
 /* C (M, N) = op(A) op(B) in double, A (M, K) or (K, M) when ta, B (K, N) or (N, K) when tb. */
 void ref_gemm(int M, int N, int K, const double *A, int ta, const double *B, int tb, double *C);
 /* y (rows, out) = x (rows, in) W^T + b, float inputs, b may be NULL. */
@@ -57,6 +61,11 @@ void ref_attention(const ref_mask *m, int d, int dv, const double *q, const doub
  * within a small multiple of float32 rounding of this is right; one wrong weight or value is not. */
 void ref_attention_scale(size_t nb, int nq, int nk, int dv, const double *w, const double *v,
                          const double *out, double *scale);
+/* The LSE of dot-product attention's scores (scale q k^T, masked) per row, q (Q, d) and k (K, d)
+ * per batch, and mag[row] = max_k |scale| sum_e |q_e k_e|, the scale of the scores' float32
+ * rounding (either may be NULL). */
+void ref_attention_lse(const ref_mask *m, int d, const double *q, const double *k, double scale,
+                       double *lse, double *mag);
 /* Converts n floats to doubles (malloc'd). */
 double *ref_to_double(const float *x, size_t n);
 #endif

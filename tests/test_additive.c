@@ -60,14 +60,17 @@ static void run(const add_case *c)
     clattn_tensor twv = h_tensor(CLATTN_FLOAT32, 2, H_DIMS(1, h), wv);
     clattn_tensor to = h_tensor(CLATTN_FLOAT32, 3, H_DIMS(B, nq, c->vs), NULL);
     clattn_tensor tw = h_tensor(CLATTN_FLOAT32, 3, H_DIMS(B, nq, nk), NULL);
+    clattn_tensor tl = h_tensor(CLATTN_FLOAT32, 2, H_DIMS(B, nq), NULL);
     h_poison(&to);
     h_poison(&tw);
+    h_poison(&tl);
     clattn_additive_weights w = {&tWq, &tWk, &twv};
     clattn_attention_opts o = {0};
     o.mask = hm.m;
     o.dropout.p = c->p;
     o.dropout.training = c->p > 0;
     o.dropout.seed = c->seed;
+    o.lse = &tl;
     if (clattn_additive_attention(h_ctx, &tq, &tk, &tv, &w, &o, &to, c->no_weights ? NULL : &tw) !=
         CLATTN_SUCCESS)
         fail_msg("additive_attention: %s", clattn_last_error(h_ctx));
@@ -77,6 +80,13 @@ static void run(const add_case *c)
     ref_linear((int)(B * nk), c->ks, (int)h, k, Wk, NULL, kp);
     ref_scores(c, qp, kp, wv, s);
     ref_masked_softmax_d(&hm.r, s, rw);
+    /* the LSEs: a score's rounding is within SCORE_TOL of sum_t |w_v[t]|, its magnitude bound */
+    double *rl = malloc(B * nq * 8), *lmag = malloc(B * nq * 8), wsum = 0;
+    ref_masked_lse_d(&hm.r, s, rl);
+    for (size_t t = 0; t < h; t++)
+        wsum += fabs(wv[t]);
+    for (size_t i = 0; i < B * nq; i++)
+        lmag[i] = wsum * SCORE_TOL / H_LSE_TOL;
     memcpy(s, rw, sn * 8);
     if (c->p > 0)
         ref_dropout(s, sn, 0, c->seed, 0, c->p);
@@ -98,8 +108,12 @@ static void run(const add_case *c)
         h_assert_close(gw, rw, sn, W_RTOL, W_ATOL, what);
         free(gw);
     }
+    float *gl = h_read(&tl);
+    strncat(what, " (lse)", sizeof what - strlen(what) - 1);
+    h_assert_lse(gl, rl, lmag, B * nq, what);
+    free(gl); free(rl); free(lmag);
     free(go); free(osc);
-    clattn_tensor *ts[] = {&tq, &tk, &tv, &tWq, &tWk, &twv, &to, &tw};
+    clattn_tensor *ts[] = {&tq, &tk, &tv, &tWq, &tWk, &twv, &to, &tw, &tl};
     for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
         clattn_tensor_release(ts[i]);
     h_mask_free(&hm);

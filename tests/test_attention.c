@@ -60,6 +60,15 @@ static clattn_tensor make_kv(const att_case *c, size_t rows, size_t cols, const 
     return h_batched(c->nlead, l, rows, cols, host);
 }
 
+/* opts.lse for c: Q's leading dims and its rows */
+static clattn_tensor make_lse(const att_case *c)
+{
+    size_t dims[3];
+    memcpy(dims, c->lead, sizeof(size_t) * c->nlead);
+    dims[c->nlead] = (size_t)c->nq;
+    return h_tensor(CLATTN_FLOAT32, c->nlead + 1, dims, NULL);
+}
+
 /* K or V rows (kv batches of rows x cols, double) repeated for each query head that reads them,
  * as PyTorch's repeat_interleave for enable_gqa: query batch (b, h) gets kv batch (b, h / G). */
 static double *expand_kv(const att_case *c, const double *x, size_t rows, size_t cols)
@@ -134,9 +143,12 @@ static void run_mode(const att_case *c)
     clattn_tensor tq = make(c, nq, c->d, q), tk = make_kv(c, nk, c->d, k);
     clattn_tensor tv = make_kv(c, nk, c->dv, v);
     clattn_tensor to = make(c, nq, c->dv, NULL), tw = make(c, nq, nk, NULL);
+    clattn_tensor tl = make_lse(c);
     h_poison(&to);
     h_poison(&tw);
+    h_poison(&tl);
     clattn_attention_opts opts = make_opts(c, &hm);
+    opts.lse = &tl;
     if (clattn_dot_product_attention(h_ctx, &tq, &tk, &tv, &opts, &to,
                                      c->no_weights ? NULL : &tw) != CLATTN_SUCCESS)
         fail_msg("dot_product_attention: %s", clattn_last_error(h_ctx));
@@ -166,11 +178,19 @@ static void run_mode(const att_case *c)
         h_assert_close(gw, rw, wn, W_RTOL, W_ATOL, what);
         free(gw);
     }
+    double *rl = malloc(nb * nq * 8), *mag = malloc(nb * nq * 8);
+    ref_attention_lse(&hm.r, c->d, qd, kd, scale, rl, mag);
+    float *gl = h_read(&tl);
+    strncat(what, " (lse)", sizeof what - strlen(what) - 1);
+    h_assert_lse(gl, rl, mag, nb * nq, what);
+    free(gl);
+    free(rl);
+    free(mag);
     if (wd != rw)
         free(wd);
     free(go);
     clattn_tensor_release(&tq); clattn_tensor_release(&tk); clattn_tensor_release(&tv);
-    clattn_tensor_release(&to); clattn_tensor_release(&tw);
+    clattn_tensor_release(&to); clattn_tensor_release(&tw); clattn_tensor_release(&tl);
     h_mask_free(&hm);
     free(q); free(k); free(v); free(qd); free(kd); free(vd); free(kf); free(vf); free(rw);
     free(ro);
@@ -548,20 +568,27 @@ static float *fused_with(const char *tuning, const att_case *c, const float *q, 
         fail_msg("%s: %s", tuning, clattn_last_error(NULL));
     clattn_tensor tq = make(c, c->nq, c->d, q), tk = make_kv(c, c->nk, c->d, k);
     clattn_tensor tv = make_kv(c, c->nk, c->dv, v), to = make(c, c->nq, c->dv, NULL);
+    clattn_tensor tl = make_lse(c);
     h_poison(&to);
+    h_poison(&tl);
     clattn_attention_opts opts = make_opts(c, hm);
+    opts.lse = &tl;
     if (clattn_dot_product_attention(ctx, &tq, &tk, &tv, &opts, &to, NULL) != CLATTN_SUCCESS)
         fail_msg("%s: %s", tuning, clattn_last_error(ctx));
-    float *o = h_read(&to);
+    size_t on = clattn_tensor_numel(&to), ln = clattn_tensor_numel(&tl);
+    float *o = h_read(&to), *l = h_read(&tl);
+    o = realloc(o, (on + ln) * sizeof *o);
+    memcpy(o + on, l, ln * sizeof *l); /* the output, then the LSEs */
     *scratch = clattn_context_scratch_bytes(ctx);
     clattn_tensor_release(&tq); clattn_tensor_release(&tk); clattn_tensor_release(&tv);
-    clattn_tensor_release(&to);
+    clattn_tensor_release(&to); clattn_tensor_release(&tl);
     clattn_context_destroy(&ctx);
+    free(l);
     return o;
 }
 
 /* The fused GPU kernel over its keys in several launches (a loop budget, LOOPS) computes bit for
- * bit what one launch does: rows that stop early (lengths, causal), values past the stop that are
+ * bit what one launch does, outputs and LSEs: rows that stop early (lengths, causal), values past the stop that are
  * NaN, -inf fills, dropout, huge scores, the largest head sizes. The split shows in the scratch:
  * only split launches keep row states there. */
 static void test_split_launches(void **s)
@@ -591,7 +618,7 @@ static void test_split_launches(void **s)
             continue;
         float *q, *k, *v;
         h_mask hm;
-        size_t one_bytes, split_bytes, n = batch_of(c) * c->nq * c->dv;
+        size_t one_bytes, split_bytes, n = batch_of(c) * c->nq * (c->dv + 1); /* out, LSE */
         make_inputs(c, &q, &k, &v, &hm);
         float *one = fused_with("attention=gpu:BQ=16:BK=8", c, q, k, v, &hm, &one_bytes);
         float *split = fused_with("attention=gpu:BQ=16:BK=8:LOOPS=12000", c, q, k, v, &hm,
@@ -602,8 +629,8 @@ static void test_split_launches(void **s)
                      split_bytes, one_bytes);
         for (size_t e = 0; e < n; e++)
             if (memcmp(&one[e], &split[e], sizeof *one) != 0)
-                fail_msg("case %zu (Q=%d K=%d d=%d dv=%d): output %zu is %.9g in one launch, "
-                         "%.9g split", i, c->nq, c->nk, c->d, c->dv, e, one[e], split[e]);
+                fail_msg("case %zu (Q=%d K=%d d=%d dv=%d): output (then LSE) %zu is %.9g in one "
+                         "launch, %.9g split", i, c->nq, c->nk, c->d, c->dv, e, one[e], split[e]);
         free(one); free(split); free(q); free(k); free(v);
         h_mask_free(&hm);
     }

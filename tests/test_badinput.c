@@ -45,6 +45,9 @@ static clattn_tensor p_a, sub_c, p_lens, sub_y, y_lens, y_mask, p_mask6, sub_o, 
     a_dtype7, c_dtype7, lens_float2, lens_rank3;
 /* Issue 11: grouped-query shapes (4-D Q with 4 heads over K/V views). */
 static clattn_tensor q4, k4_h3, v4_h3, k4_h2, v4_h1, k4_b2, v4_b2, o4, q3_h4, k3_h2, v3_h2, o3_h4;
+/* Issue 11: LSE outputs (in Y) and merge partials (in S, Kk and A). */
+static clattn_tensor lse_y, lse_y8, lse_bad, lse_int, lse_in_o, lse_in_q, y_mask6, merge_out_r1;
+static clattn_tensor mparts[2], mlses[2], mparts_bad[2], mlses_bad[2], mlses_in_o[2], mparts_int[2];
 
 static clattn_tensor mk(int ndim, const size_t *dims, float lo)
 {
@@ -104,6 +107,32 @@ static void make_issue9_views(void)
     lens_rank3 = in(lens3.buf, I32, 0, 3, H_DIMS(1, 1, 3));
 }
 
+static void make_lse_views(void)
+{
+    lse_y = view(&Y, 0, 2, H_DIMS(2, 5));
+    lse_y8 = view(&Y, 8, 2, H_DIMS(2, 5));
+    lse_bad = view(&Y, 0, 2, H_DIMS(2, 4));
+    lse_int = lse_y;
+    lse_int.dtype = CLATTN_INT32;
+    lse_in_o = view(&O, 0, 2, H_DIMS(2, 5));
+    lse_in_q = view(&Q, 0, 2, H_DIMS(2, 5));
+    y_mask6 = in(Y.buf, I32, 12, 1, H_DIMS(6)); /* Y's elements 12..17: under lse_y8 */
+    merge_out_r1 = view(&O, 0, 1, H_DIMS(30));
+    mparts[0] = view(&S, 0, 3, H_DIMS(2, 5, 3));
+    mparts[1] = view(&Kk, 0, 3, H_DIMS(2, 5, 3));
+    mlses[0] = view(&A, 0, 2, H_DIMS(2, 5));
+    mlses[1] = view(&A, 10, 2, H_DIMS(2, 5));
+    mparts_bad[0] = mparts[0];
+    mparts_bad[1] = view(&Kk, 0, 3, H_DIMS(2, 5, 2));
+    mlses_bad[0] = mlses[0];
+    mlses_bad[1] = view(&A, 10, 2, H_DIMS(2, 4));
+    mlses_in_o[0] = mlses[0];
+    mlses_in_o[1] = view(&O, 20, 2, H_DIMS(2, 5));
+    mparts_int[0] = mparts[0];
+    mparts_int[0].dtype = CLATTN_INT32;
+    mparts_int[1] = mparts[1];
+}
+
 static void make_bad_views(void)
 {
     a_rank1 = view(&A, 0, 1, H_DIMS(24));
@@ -161,6 +190,7 @@ static void make_bad_views(void)
     v3_h2 = view(&V, 0, 3, H_DIMS(2, 6, 2));
     o3_h4 = view(&W4, 0, 3, H_DIMS(4, 5, 2));
     make_issue9_views();
+    make_lse_views();
 }
 
 /* ---- argument bundles the cases point at ---- */
@@ -176,6 +206,8 @@ static clattn_mask m_lens_p, m_lens_y, m_mask_y, m_fill_nan, m_fill_inf, m_forei
 /* Issue 11: alignment and sliding-window fields out of range. */
 static clattn_mask m_align2, m_window2, m_wleft2, m_wright5;
 static clattn_attention_opts opts_align_neg, opts_wleft2, opts_wright_neg;
+static clattn_attention_opts opts_lse_bad, opts_lse_int, opts_lse_in_o, opts_lse_in_q,
+    opts_lse_mask, opts_lse_y;
 static clattn_attention_opts opts_mask_p, opts_lens_p, opts_lens_p100, opts_lens_float,
     opts_mask_float, opts_lens_rank3, opts_fill_nan, opts_fill_inf, opts_foreign_lens;
 static clattn_params p_cache_long, p_kernel_long, p_sync2, p_sync_neg2;
@@ -271,6 +303,13 @@ static void make_bundles(void)
     mw_bias_bad.b_o = &bias_bad;
     mw_kv3 = mw; /* 3 K/V heads for 2 query heads */
     mw_kv3.num_kv_heads = 3;
+    opts_lse_bad.lse = &lse_bad;
+    opts_lse_int.lse = &lse_int;
+    opts_lse_in_o.lse = &lse_in_o;
+    opts_lse_in_q.lse = &lse_in_q;
+    opts_lse_mask.lse = &lse_y8;
+    opts_lse_mask.mask.mask = &y_mask6;
+    opts_lse_y.lse = &lse_y; /* (2, 5): multi-head attention's LSE is (B, H, Q) */
     mw_kv1 = mw; /* 1 K/V head: W_k must have 4 rows, not 8 */
     mw_kv1.num_kv_heads = 1;
     make_issue9_bundles();
@@ -331,6 +370,8 @@ static clattn_status wrap_with(cl_context c, cl_device_id d, cl_command_queue q)
 
 /* X(name, expected status, text the message must contain, call) */
 #define CASES_NO_CTX(X)                                                                          \
+    X(merge_null_ctx, INVALID_ARGUMENT, "ctx", clattn_attention_merge(NULL, 2, mparts, mlses,  \
+      &O, &lse_y))                                                                             \
     X(create_null_out, INVALID_ARGUMENT, "ctx", clattn_context_create(NULL, NULL))             \
     X(create_no_such_device, DEVICE_NOT_FOUND, "nosuchdevice", create_with("nosuchdevice", 0)) \
     X(create_bad_variant, INVALID_ARGUMENT, "warp", create_with(NULL, "matmul=warp"))          \
@@ -598,6 +639,41 @@ static clattn_status wrap_with(cl_context c, cl_device_id d, cl_command_queue q)
     X(mha_kv_weights_rows, SHAPE_MISMATCH, "w.W_k: shape (8, 8), expected (4, 8)",             \
       clattn_multihead_attention(CTX, &Q, &Kk, &V, &mw_kv1, NULL, &O, &W4))
 
+/* Issue 11, item 4: LSE outputs and clattn_attention_merge. */
+#define CASES_LSE(X)                                                                             \
+    X(attention_lse_shape, SHAPE_MISMATCH, "opts.lse: shape (2, 4)",                           \
+      clattn_dot_product_attention(CTX, &Q, &Kk, &V, &opts_lse_bad, &O, NULL))                 \
+    X(attention_lse_int, INVALID_TENSOR, "opts.lse", clattn_dot_product_attention(CTX, &Q,     \
+      &Kk, &V, &opts_lse_int, &O, NULL))                                                       \
+    X(attention_lse_over_out, INVALID_ARGUMENT, "opts.lse: overlaps out",                      \
+      clattn_dot_product_attention(CTX, &Q, &Kk, &V, &opts_lse_in_o, &O, NULL))                \
+    X(attention_lse_over_q, INVALID_ARGUMENT, "opts.lse: overlaps Q",                          \
+      clattn_dot_product_attention(CTX, &Q, &Kk, &V, &opts_lse_in_q, &O, &Wt))                 \
+    X(attention_lse_over_mask, INVALID_ARGUMENT, "opts.lse",                                   \
+      clattn_dot_product_attention(CTX, &Q, &Kk, &V, &opts_lse_mask, &O, NULL))                \
+    X(additive_lse_over_q, INVALID_ARGUMENT, "opts.lse: overlaps queries",                     \
+      clattn_additive_attention(CTX, &Q, &Kk, &V, &aw, &opts_lse_in_q, &O, NULL))              \
+    X(mha_lse_shape, SHAPE_MISMATCH, "opts.lse: shape (2, 5)", clattn_multihead_attention(CTX, \
+      &Q, &Kk, &V, &mw, &opts_lse_y, &O, NULL))                                                \
+    X(merge_n0, INVALID_ARGUMENT, "n: 0", clattn_attention_merge(CTX, 0, mparts, mlses, &O,    \
+      &lse_y))                                                                                 \
+    X(merge_null_outs, INVALID_ARGUMENT, "outs: NULL", clattn_attention_merge(CTX, 2, NULL,    \
+      mlses, &O, &lse_y))                                                                      \
+    X(merge_part_shape, SHAPE_MISMATCH, "outs[1]: shape (2, 5, 2)",                            \
+      clattn_attention_merge(CTX, 2, mparts_bad, mlses, &O, &lse_y))                           \
+    X(merge_part_lse_shape, SHAPE_MISMATCH, "lses[1]: shape (2, 4)",                           \
+      clattn_attention_merge(CTX, 2, mparts, mlses_bad, &O, &lse_y))                           \
+    X(merge_part_int, INVALID_TENSOR, "outs[0]", clattn_attention_merge(CTX, 2, mparts_int,    \
+      mlses, &O, &lse_y))                                                                      \
+    X(merge_lse_shape, SHAPE_MISMATCH, "lse: shape (2, 4)", clattn_attention_merge(CTX, 2,     \
+      mparts, mlses, &O, &lse_bad))                                                            \
+    X(merge_out_rank1, SHAPE_MISMATCH, "out", clattn_attention_merge(CTX, 1, mparts, mlses,    \
+      &merge_out_r1, NULL))                                                                    \
+    X(merge_out_over_part, INVALID_ARGUMENT, "out: overlaps lses[1]",                          \
+      clattn_attention_merge(CTX, 2, mparts, mlses_in_o, &O, &lse_y))                          \
+    X(merge_lse_over_out, INVALID_ARGUMENT, "out: overlaps lse", clattn_attention_merge(CTX,   \
+      2, mparts, mlses, &O, &lse_in_o))
+
 typedef struct {
     const char *name;
     clattn_status want;
@@ -612,10 +688,11 @@ CASES_NO_CTX(DEFINE)
 CASES_SETTINGS(DEFINE)
 CASES(DEFINE)
 CASES_ISSUE9(DEFINE)
+CASES_LSE(DEFINE)
 #define ENTRY_NO_CTX(id, st, needle, ...) {#id, CLATTN_ERROR_##st, needle, 0, id},
 #define ENTRY(id, st, needle, ...) {#id, CLATTN_ERROR_##st, needle, 1, id},
 static const bad_case cases[] = {CASES_NO_CTX(ENTRY_NO_CTX) CASES_SETTINGS(ENTRY_NO_CTX)
-                                     CASES(ENTRY) CASES_ISSUE9(ENTRY)};
+                                     CASES(ENTRY) CASES_ISSUE9(ENTRY) CASES_LSE(ENTRY)};
 #define NCASES (sizeof cases / sizeof cases[0])
 #define CLATTN_ERR_SIZE_FOR_TEST 16384
 

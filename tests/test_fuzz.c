@@ -259,12 +259,16 @@ static void gen_data(const fz_case *c, fz_data *x)
  * conversion's 2u |s|). The softmax uses differences from the row maximum: key k's difference is
  * off by e[k] <= a[k] + a[max] + 4u |difference|; in exact cases, where scores differ by whole
  * units, also by at most rho |difference|, which keeps one-hot and tied rows exact at any
- * magnitude. log-sum-exp moves by at most log sum w e^e; a weight by w (e^(e + lse) - 1). */
+ * magnitude. log-sum-exp moves by at most log sum w e^e; a weight by w (e^(e + lse) - 1).
+ * The row's LSE output (mx + log sum) moves by at most max_k a[k] (it is 1-Lipschitz in every
+ * score), the sum's rounding ((K + 4) u: serial sums, 2-ulp exponentials, the running max's
+ * rescalings) and its own 2 ulp. */
 typedef struct {
     const fz_case *c;
     const fz_data *x;
     double *s, *a, *w, *dw, *e;
     int *real;
+    double lse, lse_tol;
 } fz_row;
 
 static void row_scores(fz_row *r, size_t b, int i, const ref_mask *m)
@@ -298,8 +302,17 @@ static void row_weights(fz_row *r)
         if (r->real[k] && isfinite(r->s[k]))
             smax = fmax(smax, fabs(r->s[k]));
     }
-    for (int k = 0; k < K; k++)
+    int nan = 0;
+    double amax = 0;
+    for (int k = 0; k < K; k++) {
         sum += exp(r->s[k] - mx);
+        nan |= isnan(r->s[k]);
+        amax = fmax(amax, r->a[k]);
+    }
+    r->lse = nan ? NAN : mx == -INFINITY ? -INFINITY : mx + log(sum);
+    float lf = (float)fabs(r->lse);
+    r->lse_tol = amax + (K + 4) * U32 +
+                 (isfinite(lf) ? 2.0 * ((double)nextafterf(lf, INFINITY) - lf) : 0.0);
     double unit = ldexp(fabs(scale_of(c)), c->eq + c->ek);
     double rho = 4 * U32 * smax / unit + 4 * U32, lse_arg = 0;
     for (int k = 0; k < K; k++) {
@@ -325,7 +338,7 @@ static void row_weights(fz_row *r)
 }
 
 typedef struct {
-    double *w, *wtol, *out, *otol;
+    double *w, *wtol, *out, *otol, *lse, *ltol;
     char *skip;  /* outputs whose value float32 leaves open (see zero_weight) */
     char *loose; /* NaN from an infinite value times a weight that underflowed to 0 */
 } fz_ref;
@@ -353,6 +366,8 @@ static void reference(const fz_case *c, const fz_data *x, const ref_mask *m, fz_
             r.w = f->w + row * K;
             row_scores(&r, b, i, m);
             row_weights(&r);
+            f->lse[row] = r.lse;
+            f->ltol[row] = r.lse_tol;
             for (int k = 0; k < K; k++)
                 f->wtol[row * K + k] = W_RTOL * r.w[k] + W_ATOL + r.dw[k];
             for (int j = 0; j < DV; j++) {
@@ -442,18 +457,22 @@ static void run_case(int index, size_t budget)
     sdims[c.nlead + 1] = c.nk;
     h_mask hm;
     h_mask_make(&hm, &c.mask, c.nlead + 2, sdims);
+    size_t rows = x.nb * c.nq;
     fz_ref f = {malloc(x.wn * 8), malloc(x.wn * 8), malloc(x.on * 8), malloc(x.on * 8),
-                malloc(x.on), malloc(x.on)};
+                malloc(rows * 8), malloc(rows * 8), malloc(x.on), malloc(x.on)};
     reference(&c, &x, &hm.r, &f);
     char what[600];
     describe(&c, index, what, sizeof what);
     clattn_tensor tq = make(&c, c.nq, c.d, x.q), tk = make_kv(&c, c.nk, c.d, kc);
     clattn_tensor tv = make_kv(&c, c.nk, c.dv, vc);
     clattn_tensor to = make(&c, c.nq, c.dv, NULL), tw = make(&c, c.nq, c.nk, NULL);
-    clattn_attention_opts opts = {hm.m, {c.p, c.p > 0, c.seed, 0}, c.scale};
+    clattn_tensor tl = h_tensor(CLATTN_FLOAT32, c.nlead + 1, sdims, NULL); /* (..., Q) */
+    clattn_attention_opts opts = {hm.m, {c.p, c.p > 0, c.seed, 0}, c.scale, NULL};
     for (int weights = 0; weights < 2; weights++) {
         h_poison(&to);
         h_poison(&tw);
+        h_poison(&tl);
+        opts.lse = index % 4 == 3 ? NULL : &tl; /* a quarter without: the kernels' other branch */
         if (clattn_dot_product_attention(h_ctx, &tq, &tk, &tv, &opts, &to,
                                          weights ? &tw : NULL) != CLATTN_SUCCESS)
             fail_msg("%s: %s", what, clattn_last_error(h_ctx));
@@ -472,16 +491,23 @@ static void run_case(int index, size_t budget)
             h_assert_scaled(gw, f.w, f.wtol, x.wn, 1.0, path);
             free(gw);
         }
+        if (opts.lse) {
+            float *gl = h_read(&tl);
+            strncat(path, " (lse)", sizeof path - strlen(path) - 1);
+            h_assert_scaled(gl, f.lse, f.ltol, rows, 1.0, path);
+            free(gl);
+        }
     }
     clattn_tensor_release(&tq); clattn_tensor_release(&tk); clattn_tensor_release(&tv);
-    clattn_tensor_release(&to); clattn_tensor_release(&tw);
+    clattn_tensor_release(&to); clattn_tensor_release(&tw); clattn_tensor_release(&tl);
     h_mask_free(&hm);
     if (c.hkv) {
         free(kc);
         free(vc);
     }
     free(x.q); free(x.k); free(x.v);
-    free(f.w); free(f.wtol); free(f.out); free(f.otol); free(f.skip); free(f.loose);
+    free(f.w); free(f.wtol); free(f.out); free(f.otol); free(f.lse); free(f.ltol); free(f.skip);
+    free(f.loose);
 }
 
 static int env_int(const char *name, int dflt)

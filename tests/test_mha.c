@@ -89,8 +89,10 @@ static void run_mode(const mha_case *c)
     clattn_tensor tv = clattn_view(v.t.buf, CLATTN_FLOAT32, 0, 3, H_DIMS(B, nk, c->vs));
     clattn_tensor to = h_tensor(CLATTN_FLOAT32, 3, H_DIMS(B, nq, c->os), NULL);
     clattn_tensor tw = h_tensor(CLATTN_FLOAT32, 4, H_DIMS(B, H, nq, nk), NULL);
+    clattn_tensor tl = h_tensor(CLATTN_FLOAT32, 3, H_DIMS(B, H, nq), NULL);
     h_poison(&to);
     h_poison(&tw);
+    h_poison(&tl);
     h_mask hm;
     h_mask_make(&hm, &c->mask, 4, H_DIMS(B, H, nq, nk));
     clattn_mha_weights w = {H, &Wq.t, &Wk.t, &Wv.t, &Wo.t, NULL, NULL, NULL, NULL, c->hkv};
@@ -102,6 +104,7 @@ static void run_mode(const mha_case *c)
     o.dropout.p = c->p;
     o.dropout.training = c->p > 0;
     o.dropout.seed = c->seed;
+    o.lse = &tl;
     if (clattn_multihead_attention(h_ctx, &tq, &tk, &tv, &w, &o, &to, c->no_weights ? NULL : &tw) !=
         CLATTN_SUCCESS)
         fail_msg("multihead_attention: %s", clattn_last_error(h_ctx));
@@ -148,12 +151,22 @@ static void run_mode(const mha_case *c)
         h_assert_close(gw, rw, wn, W_RTOL, W_ATOL, what);
         free(gw);
     }
+    /* the LSEs of each head's scores (the projections' float32 rounding adds well under
+     * H_LSE_TOL of the scores' magnitude) */
+    size_t ln = (size_t)B * H * nq;
+    double *rl = malloc(ln * 8), *lmag = malloc(ln * 8);
+    ref_attention_lse(&hm.r, dh, Qh, Kh, 1 / sqrt(dh), rl, lmag);
+    float *gl = h_read(&tl);
+    strncat(what, " (lse)", sizeof what - strlen(what) - 1);
+    h_assert_lse(gl, rl, lmag, ln, what);
+    free(gl); free(rl); free(lmag);
     free(go);
     param *ps[] = {&q, &k, &v, &Wq, &Wk, &Wv, &Wo, &b_q, &b_k, &b_v, &b_o};
     for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++)
         free_param(ps[i]);
     clattn_tensor_release(&to);
     clattn_tensor_release(&tw);
+    clattn_tensor_release(&tl);
     h_mask_free(&hm);
     free(Qp); free(Kp); free(Vp); free(Qh); free(Kh); free(Vh); free(rw); free(Oh);
     free(concat); free(ro); free(mag); free(Wod);

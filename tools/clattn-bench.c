@@ -715,6 +715,118 @@ static void bench_gqa(bench *b)
     }
 }
 
+/* ---- log-sum-exp: its cost in the fused kernel, and merging key ranges ---- */
+
+#define LSE_H 16
+#define LSE_N 1024
+#define LSE_D 64
+#define MERGE_N 2
+
+typedef struct {
+    clattn_tensor outs[MERGE_N], lses[MERGE_N], out, lse, copy;
+    size_t bytes; /* read + written */
+} merge_case;
+
+static int merge_run(bench *b, void *arg)
+{
+    merge_case *m = arg;
+    return clattn_attention_merge(b->ctx, MERGE_N, m->outs, m->lses, &m->out, &m->lse) !=
+           CLATTN_SUCCESS;
+}
+
+static int merge_run_copy(bench *b, void *arg)
+{
+    merge_case *m = arg;
+    return clEnqueueCopyBuffer(b->queue, m->copy.buf, m->copy.buf, 0, m->bytes / 2, m->bytes / 2,
+                               0, NULL, NULL) != CL_SUCCESS; /* one half onto the other */
+}
+
+/* The largest error of the merged rows against the double merge, relative to max |out|. */
+static double merge_error(bench *b, merge_case *m, float *const *ho, float *const *hl, size_t rows)
+{
+    float *o = malloc(rows * LSE_D * sizeof *o);
+    if (!o)
+        die("out of memory");
+    ok(b, clattn_tensor_fill(b->ctx, &m->out, NAN), "poison out");
+    ok(b, clattn_attention_merge(b->ctx, MERGE_N, m->outs, m->lses, &m->out, &m->lse), "merge");
+    ok(b, clattn_tensor_read_blocking(b->ctx, &m->out, o), "read out");
+    double worst = 0;
+    for (size_t r = 0; r < rows; r++) {
+        double mx = fmax(hl[0][r], hl[1][r]), w0 = exp(hl[0][r] - mx), w1 = exp(hl[1][r] - mx);
+        for (size_t c = 0; c < LSE_D; c++) {
+            double want = (w0 * ho[0][r * LSE_D + c] + w1 * ho[1][r * LSE_D + c]) / (w0 + w1);
+            double e = fabs(o[r * LSE_D + c] - want);
+            worst = isfinite(e) ? fmax(worst, e) : INFINITY;
+        }
+    }
+    free(o);
+    return worst;
+}
+
+static void bench_merge(bench *b)
+{
+    const size_t rows = (size_t)LSE_H * LSE_N, od[3] = {LSE_H, LSE_N, LSE_D}, ld[2] = {LSE_H, LSE_N};
+    merge_case m;
+    float *ho[MERGE_N], *hl[MERGE_N];
+    memset(&m, 0, sizeof m);
+    for (int i = 0; i < MERGE_N; i++) {
+        ho[i] = malloc(rows * LSE_D * sizeof(float));
+        hl[i] = malloc(rows * sizeof(float));
+        if (!ho[i] || !hl[i])
+            die("out of memory");
+        fill(b, ho[i], rows * LSE_D);
+        for (size_t r = 0; r < rows; r++)
+            hl[i][r] = (float)uniform(b, -5, 5);
+        ok(b, clattn_tensor_create(b->ctx, CLATTN_FLOAT32, 3, od, ho[i], &m.outs[i]), "create");
+        ok(b, clattn_tensor_create(b->ctx, CLATTN_FLOAT32, 2, ld, hl[i], &m.lses[i]), "create");
+    }
+    ok(b, clattn_tensor_create(b->ctx, CLATTN_FLOAT32, 3, od, NULL, &m.out), "create out");
+    ok(b, clattn_tensor_create(b->ctx, CLATTN_FLOAT32, 2, ld, NULL, &m.lse), "create lse");
+    m.bytes = (MERGE_N + 1) * rows * (LSE_D + 1) * sizeof(float);
+    ok(b, clattn_tensor_create(b->ctx, CLATTN_FLOAT32, 1, (size_t[]){m.bytes / 4}, NULL, &m.copy),
+       "create copy");
+    char name[48];
+    snprintf(name, sizeof name, "%d x (%d, %d, %d)", MERGE_N, LSE_H, LSE_N, LSE_D);
+    double err = merge_error(b, &m, ho, hl, rows);
+    if (err > 1e-5) {
+        bench_check_fail(b, name, "clattn_attention_merge", err, 1e-5);
+    } else {
+        bench_record(b, name, "clattn_attention_merge", 0, 1e-9 * (double)m.bytes, "GB/s",
+                     bench_time(b, merge_run, &m, 1), err);
+        bench_record(b, name, "clEnqueueCopyBuffer", 1, 1e-9 * (double)m.bytes, "GB/s",
+                     bench_time(b, merge_run_copy, &m, 1), 0);
+    }
+    for (int i = 0; i < MERGE_N; i++) {
+        clattn_tensor_release(&m.outs[i]);
+        clattn_tensor_release(&m.lses[i]);
+        free(ho[i]);
+        free(hl[i]);
+    }
+    clattn_tensor_release(&m.out);
+    clattn_tensor_release(&m.lse);
+    clattn_tensor_release(&m.copy);
+}
+
+/* The fused kernel with the LSE output against without it, then the merge. */
+static void bench_lse(bench *b)
+{
+    static const char *const impls[2] = {"clattn fused + LSE", "clattn fused"};
+    char name[48];
+    snprintf(name, sizeof name, "H%d N%d d%d", LSE_H, LSE_N, LSE_D);
+    double gflop = 4e-9 * LSE_H * (double)LSE_N * LSE_N * LSE_D;
+    for (int i = 0; i < 2; i++) {
+        att_case a;
+        clattn_tensor lse;
+        att_make(b, &a, LSE_H, 0, LSE_N, LSE_D, 0, 0);
+        ok(b, clattn_tensor_create(b->ctx, CLATTN_FLOAT32, 2, (size_t[]){LSE_H, LSE_N}, NULL, &lse),
+           "create lse");
+        a.opts.lse = i == 0 ? &lse : NULL;
+        fused_record(b, &a, name, impls[i], i > 0, gflop);
+        clattn_tensor_release(&lse);
+    }
+    bench_merge(b);
+}
+
 /* ---- multi-head forward: batch 4, 8 heads, 512 x 512, hidden 512, biases (as torch's default) ---- */
 
 #define MHA_B 4
@@ -1004,6 +1116,9 @@ static const bench_section sections[] = {
     {"window", "sliding window, 8 heads, d 64, N 8192, causal: a window of 512 keys vs full causal "
                "(GFLOP/s of the dense count)",
      bench_window},
+    {"lse", "the fused kernel's LSE output (16 heads, N 1024, d 64) vs none, and merging two "
+            "(16, 1024, 64) partial results, GB/s read + written vs a device copy",
+     bench_lse},
     {"mha", "multi-head forward, batch 4, 8 heads, 512 x 512, hidden 512, biases: fused vs unfused",
      bench_mha},
     {"additive", "additive attention, batch 4, 256 x 256, hidden 64, sizes 64, valid lengths",
