@@ -272,6 +272,32 @@ CLATTN_API clattn_status clattn_attention_merge(clattn_context *ctx, int n,
                                                 const clattn_tensor *out,
                                                 const clattn_tensor *lse);
 
+/* A KV cache for decoding: k_cache (B, Hkv, Kmax, d) and v_cache (B, Hkv, Kmax, dv) float32, lens
+ * (B) int32 on the device: sequence b's first lens[b] cache rows are its keys (values outside
+ * [0, Kmax - Qn with k_new, else Kmax] are clamped on the device, or with CLATTN_SYNC read back
+ * and rejected). k_new (B, Hkv, Qn, d) and v_new (B, Hkv, Qn, dv), both or neither: written into
+ * the caches at rows lens[b] .. lens[b] + Qn - 1 (in place) before attending, so that sequence b
+ * then has lens[b] + Qn keys; advance = 1 (with k_new) adds Qn to lens in place afterwards. */
+typedef struct {
+    const clattn_tensor *k_cache, *v_cache, *lens;
+    const clattn_tensor *k_new, *v_new;
+    int advance;
+} clattn_kv_cache;
+
+/* Attention of Qn (1..64) new query rows per sequence over its cached keys: Q (B, Hq, Qn, d),
+ * Hkv dividing Hq (query head h reads K/V head h / (Hq / Hkv)), out (B, Hq, Qn, dv). Row i of
+ * sequence b sees its L_b keys (L_b = lens[b], + Qn with k_new); opts.mask.causal and the window
+ * count from the bottom-right diagonal, key L_b - Qn + i, and need opts.mask.align =
+ * CLATTN_ALIGN_BOTTOM_RIGHT; fill as for any mask. The same as clattn_dot_product_attention on
+ * each sequence's first L_b keys; a sequence with no keys gets zeros (LSE -inf). opts.scale and
+ * opts.lse (B, Hq, Qn) as there. Takes no valid lengths or mask tensor (the cache's lens are the
+ * lengths) and no dropout. The keys are split over work-groups (flash-decoding) and merged, so
+ * that one sequence fills the device; nothing waits on the host. */
+CLATTN_API clattn_status clattn_decode_attention(clattn_context *ctx, const clattn_tensor *Q,
+                                                 const clattn_kv_cache *cache,
+                                                 const clattn_attention_opts *opts,
+                                                 const clattn_tensor *out);
+
 /* d2l's AdditiveAttention weights, PyTorch layout: W_q (h, q_size), W_k (h, k_size), w_v (1, h). */
 typedef struct {
     const clattn_tensor *W_q, *W_k, *w_v;

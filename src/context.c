@@ -78,6 +78,9 @@ static void query_device(clattn_context *c)
     clGetDeviceInfo(c->device, CL_DEVICE_LOCAL_MEM_SIZE, sizeof local, &local, NULL);
     clGetDeviceInfo(c->device, CL_DEVICE_NATIVE_VECTOR_WIDTH_FLOAT, sizeof c->native_float,
                     &c->native_float, NULL);
+    clGetDeviceInfo(c->device, CL_DEVICE_MEM_BASE_ADDR_ALIGN, sizeof c->base_align,
+                    &c->base_align, NULL);
+    c->base_align /= 8; /* bits */
     c->max_alloc = (size_t)alloc;
     c->local_mem = (size_t)local;
     const char *t = (c->type & CL_DEVICE_TYPE_GPU) ? "GPU"

@@ -42,6 +42,7 @@ struct clattn_context {
     char description[1280];
     size_t max_wg, max_alloc, local_mem;
     cl_uint native_float; /* CL_DEVICE_NATIVE_VECTOR_WIDTH_FLOAT: 16 on AVX-512 CPUs */
+    cl_uint base_align;   /* CL_DEVICE_MEM_BASE_ADDR_ALIGN, in bytes */
     /* Loop iterations one work-item may run per launch, 0 = no limit: a device that leaves its
      * loops after a fixed count (Mesa's llvmpipe, see context.c) gets the kernels' work split over
      * several launches, each under the budget (clattn__loop_budget). */
@@ -245,6 +246,8 @@ long clattn__matmul_gpu_min_loops(const clattn_tuning *t);
 int clattn__smallest_tile(int ts, int wpt);
 long clattn__flash_gpu_min_loops(const clattn_tuning *t);
 long clattn__softmax_gpu_min_loops(const clattn_tuning *t);
+/* decode=gpu: one tile of WG keys at the largest head sizes (decode.c). */
+long clattn__decode_gpu_min_loops(const clattn_tuning *t);
 /* Validates the whole override string (unknown ops, variants, parameters are errors). */
 clattn_status clattn__check_tuning(clattn_context *ctx);
 /* Every (op, defines) the table can build: each variant's defaults and each rule's parameters.

@@ -82,8 +82,8 @@ fail:
 }
 
 /* Debug mode may block: reads the values the kernels would clamp and checks them. */
-static clattn_status check_device_lens(clattn_context *ctx, const clattn_tensor *t,
-                                       const char *name, int K)
+clattn_status clattn__check_device_lens(clattn_context *ctx, const clattn_tensor *t,
+                                        const char *name, int K)
 {
     clattn_status st = CLATTN_SUCCESS;
     size_t n = clattn_tensor_numel(t);
@@ -175,7 +175,7 @@ clattn_status clattn__resolve_mask_dims(clattn_context *ctx, const clattn_mask *
     const clattn_arg ins[2] = {{m->valid_lens, lens_name}, {m->mask, mask_name}};
     CHECK_ST(clattn__check_no_overlap(ctx, outs, nouts, ins, 2));
     if (m->valid_lens && ctx->sync)
-        CHECK_ST(check_device_lens(ctx, m->valid_lens, lens_name, o->K));
+        CHECK_ST(clattn__check_device_lens(ctx, m->valid_lens, lens_name, o->K));
     if (m->valid_lens_host) /* last: nothing to release when an earlier check fails */
         CHECK_ST(resolve_host_lens(ctx, m, lens_name, o));
 fail:

@@ -33,6 +33,10 @@ clattn_status clattn__resolve_mask_dims(clattn_context *ctx, const clattn_mask *
 int clattn__mask_limits_rows(const clattn_mask_args *m);
 /* 1 when the window's left side blocks leading keys of some rows. */
 int clattn__mask_has_left(const clattn_mask_args *m);
+/* CLATTN_SYNC's check of device lengths: reads t back (blocking) and fails naming the first
+ * value outside [0, K]. */
+clattn_status clattn__check_device_lens(clattn_context *ctx, const clattn_tensor *t,
+                                        const char *name, int K);
 /* Drops the uploaded lengths (the device frees them once queued kernels are done). */
 void clattn__mask_release(clattn_mask_args *m);
 

@@ -228,6 +228,30 @@ static void attention_gpu_fit(const clattn_context *ctx, clattn_tuning *t)
     set(t, "BK", BK);
 }
 
+/* decode_gpu: the first RQ items of a group take one row each (RQ <= WG); private memory as
+ * attention's (q and outputs in local memory or few per item here). */
+static int decode_gpu_check(const clattn_context *ctx, const clattn_tuning *t, char *why, size_t n)
+{
+    int RQ = param(t, "RQ"), WG = param(t, "WG");
+    if (RQ > WG)
+        snprintf(why, n, "RQ=%d rows are over WG=%d items (one item per row takes its maximum "
+                 "and sum)", RQ, WG);
+    else if (over_max_wg(ctx, "WG", WG, why, n))
+        return 0;
+    else
+        return loops_check(ctx, t, clattn__decode_gpu_min_loops(t), why, n);
+    return 0;
+}
+
+static void decode_gpu_fit(const clattn_context *ctx, clattn_tuning *t)
+{
+    int WG = param(t, "WG"), RQ = param(t, "RQ");
+    while (ctx->max_wg && (size_t)WG > ctx->max_wg && WG > 1)
+        WG /= 2;
+    set(t, "WG", WG);
+    set(t, "RQ", RQ < WG ? RQ : WG);
+}
+
 /* Parameter ranges; names are the kernels' #define names. Bounds are what the kernels support
  * (vector widths, 16-key blocks, QR <= 16 row corrections in one float16) or lie past any useful
  * tile; the budgets and cross-parameter rules are the check functions above. Compile time grows
@@ -254,6 +278,12 @@ static const param_range attention_cpu_ranges[] = {
     {"VC", 16, 256, POW2}, {NULL, 0, 0, 0}};
 static const param_range attention_gpu_ranges[] = {
     {"BQ", 1, 1024, ANY}, {"BK", 1, 256, ANY}, LOOPS_RANGE, {NULL, 0, 0, 0}};
+/* RQ query rows per item (private q and output rows), SK keys per split (host-side too). */
+static const param_range decode_cpu_ranges[] = {
+    {"RQ", 1, 16, ANY}, {"SK", 16, 1 << 20, MUL16}, {NULL, 0, 0, 0}};
+static const param_range decode_gpu_ranges[] = {
+    {"RQ", 1, 16, ANY}, {"WG", 1, 1024, ANY}, {"SK", 16, 1 << 20, MUL16}, LOOPS_RANGE,
+    {NULL, 0, 0, 0}};
 static const param_range no_ranges[] = {{NULL, 0, 0, 0}};
 
 /* Every variant the library can build. */
@@ -284,6 +314,11 @@ static const variant_def variants[] = {
      attention_gpu_fit},
     /* GEMM, masked softmax, GEMM: the path taken whenever the weights are returned. */
     {"attention", "unfused", "", no_ranges, NULL, NULL},
+    /* KV-cache decoding, CPU shape: a work-item per (split of SK keys, RQ query rows, K/V head),
+     * 16 keys at a time; RQ=4 takes a grouped-query head's 4 query heads at once. */
+    {"decode", "cpu", "RQ=4:SK=256", decode_cpu_ranges, NULL, NULL},
+    /* GPU shape: a work-group of WG items per split walks its keys WG at a time. */
+    {"decode", "gpu", "RQ=4:WG=64:SK=256", decode_gpu_ranges, decode_gpu_check, decode_gpu_fit},
 };
 
 typedef struct {
@@ -314,6 +349,7 @@ static const rule rules[] = {
     {0, NULL, LLVMPIPE, 0, "matmul", "gpu", ""},
     {0, NULL, LLVMPIPE, 0, "softmax", "gpu", ""},
     {0, NULL, LLVMPIPE, 0, "attention", "gpu", ""},
+    {0, NULL, LLVMPIPE, 0, "decode", "gpu", ""},
     {CL_DEVICE_TYPE_CPU, NULL, NULL, 16, "matmul", "cpu", AVX512_MATMUL},
     {CL_DEVICE_TYPE_CPU, NULL, NULL, 0, "matmul", "cpu", ""},
     {CL_DEVICE_TYPE_CPU, NULL, NULL, 0, "softmax", "cpu", ""},
@@ -322,6 +358,8 @@ static const rule rules[] = {
     {CL_DEVICE_TYPE_CPU, NULL, NULL, 16, "attention", "cpu", ""},
     {CL_DEVICE_TYPE_CPU, NULL, NULL, 0, "attention", "cpu", AVX2_ATTENTION},
     {0, NULL, NULL, 0, "attention", "gpu", ""},
+    {CL_DEVICE_TYPE_CPU, NULL, NULL, 0, "decode", "cpu", ""},
+    {0, NULL, NULL, 0, "decode", "gpu", ""},
 };
 
 static int ci_contains(const char *hay, const char *needle)

@@ -48,6 +48,11 @@ static clattn_tensor q4, k4_h3, v4_h3, k4_h2, v4_h1, k4_b2, v4_b2, o4, q3_h4, k3
 /* Issue 11: LSE outputs (in Y) and merge partials (in S, Kk and A). */
 static clattn_tensor lse_y, lse_y8, lse_bad, lse_int, lse_in_o, lse_in_q, y_mask6, merge_out_r1;
 static clattn_tensor mparts[2], mlses[2], mparts_bad[2], mlses_bad[2], mlses_in_o[2], mparts_int[2];
+/* Issue 11: decoding (Q (2, 2, 1, 8) over caches (2, 1, 6, .), out (2, 2, 1, 3) in O). */
+static clattn_tensor dq, dq3, dq_65, dk, dv, dk_h3, dlens, dlens3, dlens_f, dout, dkn, dvn, dkn_bad,
+    dout_in_k;
+static clattn_kv_cache dc, dc_k_only, dc_advance, dc_lens3, dc_lens_f, dc_h3, dc_kn_bad, dc_app;
+static clattn_attention_opts dopts_lens, dopts_causal_tl, dopts_drop;
 
 static clattn_tensor mk(int ndim, const size_t *dims, float lo)
 {
@@ -107,6 +112,50 @@ static void make_issue9_views(void)
     lens_rank3 = in(lens3.buf, I32, 0, 3, H_DIMS(1, 1, 3));
 }
 
+static void make_decode_views(void)
+{
+    static const int l2[2] = {3, 4};
+    dq = view(&Q, 0, 4, H_DIMS(2, 2, 1, 8));
+    dq3 = view(&Q, 0, 3, H_DIMS(2, 2, 8));
+    dq_65 = view(&Q, 0, 4, H_DIMS(1, 1, 65, 1)); /* 65 new rows: one over the limit */
+    dk = view(&Kk, 0, 4, H_DIMS(2, 1, 6, 8));
+    dk_h3 = view(&Kk, 0, 4, H_DIMS(2, 3, 2, 8)); /* 3 K/V heads do not divide 2 */
+    dv = view(&V, 0, 4, H_DIMS(2, 1, 6, 3));
+    dlens = h_tensor(CLATTN_INT32, 1, H_DIMS(2), l2);
+    dlens3 = view(&lens3, 0, 1, H_DIMS(3));
+    dlens_f = view(&mask_f, 0, 1, H_DIMS(2));
+    dlens_f.dtype = CLATTN_FLOAT32;
+    dout = view(&O, 0, 4, H_DIMS(2, 2, 1, 3));
+    dout_in_k = view(&Kk, 0, 4, H_DIMS(2, 2, 1, 3));
+    dkn = view(&A, 0, 4, H_DIMS(2, 1, 1, 8));
+    dvn = view(&A, 16, 4, H_DIMS(2, 1, 1, 3));
+    dkn_bad = view(&Kk, 0, 4, H_DIMS(2, 1, 2, 8)); /* 2 new rows for Q's 1 */
+    clattn_kv_cache base = {&dk, &dv, &dlens, NULL, NULL, 0};
+    dc = base;
+    dc_k_only = base;
+    dc_k_only.k_new = &dkn;
+    dc_advance = base;
+    dc_advance.advance = 1;
+    dc_lens3 = base;
+    dc_lens3.lens = &dlens3;
+    dc_lens_f = base;
+    dc_lens_f.lens = &dlens_f;
+    dc_h3 = base;
+    dc_h3.k_cache = &dk_h3;
+    dc_kn_bad = base;
+    dc_kn_bad.k_new = &dkn_bad;
+    dc_kn_bad.v_new = &dvn;
+    dc_app = base;
+    dc_app.k_new = &dkn;
+    dc_app.v_new = &dvn;
+    dopts_lens.mask.valid_lens_host = l2;
+    dopts_lens.mask.lens_ndim = 1;
+    dopts_lens.mask.lens_dims[0] = 2;
+    dopts_causal_tl.mask.causal = 1; /* align left at top-left */
+    dopts_drop.dropout.p = 0.5f;
+    dopts_drop.dropout.training = 1;
+}
+
 static void make_lse_views(void)
 {
     lse_y = view(&Y, 0, 2, H_DIMS(2, 5));
@@ -131,6 +180,7 @@ static void make_lse_views(void)
     mparts_int[0] = mparts[0];
     mparts_int[0].dtype = CLATTN_INT32;
     mparts_int[1] = mparts[1];
+    make_decode_views();
 }
 
 static void make_bad_views(void)
@@ -672,7 +722,35 @@ static clattn_status wrap_with(cl_context c, cl_device_id d, cl_command_queue q)
     X(merge_out_over_part, INVALID_ARGUMENT, "out: overlaps lses[1]",                          \
       clattn_attention_merge(CTX, 2, mparts, mlses_in_o, &O, &lse_y))                          \
     X(merge_lse_over_out, INVALID_ARGUMENT, "out: overlaps lse", clattn_attention_merge(CTX,   \
-      2, mparts, mlses, &O, &lse_in_o))
+      2, mparts, mlses, &O, &lse_in_o))                                                        \
+    X(decode_q_rank3, SHAPE_MISMATCH, "Q: rank 3", clattn_decode_attention(CTX, &dq3, &dc,     \
+      NULL, &dout))                                                                            \
+    X(decode_null_cache, INVALID_ARGUMENT, "cache: NULL", clattn_decode_attention(CTX, &dq,    \
+      NULL, NULL, &dout))                                                                      \
+    X(decode_kv_heads, SHAPE_MISMATCH, "3 K/V heads do not divide", clattn_decode_attention(   \
+      CTX, &dq, &dc_h3, NULL, &dout))                                                          \
+    X(decode_lens_shape, SHAPE_MISMATCH, "cache.lens: shape (3)", clattn_decode_attention(CTX, \
+      &dq, &dc_lens3, NULL, &dout))                                                            \
+    X(decode_lens_float, INVALID_TENSOR, "cache.lens", clattn_decode_attention(CTX, &dq,       \
+      &dc_lens_f, NULL, &dout))                                                                \
+    X(decode_k_new_only, INVALID_ARGUMENT, "both or neither", clattn_decode_attention(CTX,     \
+      &dq, &dc_k_only, NULL, &dout))                                                           \
+    X(decode_advance_alone, INVALID_ARGUMENT, "cache.advance = 1", clattn_decode_attention(    \
+      CTX, &dq, &dc_advance, NULL, &dout))                                                     \
+    X(decode_new_rows, SHAPE_MISMATCH, "cache.k_new: shape (2, 1, 2, 8)",                      \
+      clattn_decode_attention(CTX, &dq, &dc_kn_bad, NULL, &dout))                              \
+    X(decode_too_many_rows, UNSUPPORTED, "at most 64", clattn_decode_attention(CTX, &dq_65,    \
+      &dc, NULL, &dout))                                                                       \
+    X(decode_mask_lens, INVALID_ARGUMENT, "no valid lengths", clattn_decode_attention(CTX,     \
+      &dq, &dc, &dopts_lens, &dout))                                                           \
+    X(decode_causal_top_left, INVALID_ARGUMENT, "CLATTN_ALIGN_BOTTOM_RIGHT",                   \
+      clattn_decode_attention(CTX, &dq, &dc, &dopts_causal_tl, &dout))                         \
+    X(decode_dropout, INVALID_ARGUMENT, "opts.dropout", clattn_decode_attention(CTX, &dq, &dc, \
+      &dopts_drop, &dout))                                                                     \
+    X(decode_out_over_cache, INVALID_ARGUMENT, "out: overlaps cache.k_cache",                  \
+      clattn_decode_attention(CTX, &dq, &dc_app, NULL, &dout_in_k))                            \
+    X(decode_lse_shape, SHAPE_MISMATCH, "opts.lse", clattn_decode_attention(CTX, &dq, &dc,     \
+      &opts_lse_bad, &dout))
 
 typedef struct {
     const char *name;
@@ -911,7 +989,7 @@ static int teardown(void **st)
 {
     clattn_tensor *all[] = {&A, &B, &C, &bias7, &S, &Y, &Q, &Kk, &V, &O, &Wt, &W4, &Hd, &X8,
                             &wv8, &Wq, &Wk, &wv4, &Wlin, &Mq, &Mk, &Mv, &Mo, &lens3, &mask_f, &mask_i,
-                            &small_buf, &junk, &Par, &hp_A, &hp_C};
+                            &small_buf, &junk, &Par, &hp_A, &hp_C, &dlens};
     clReleaseMemObject(sub);
     clReleaseMemObject(foreign);
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)

@@ -827,6 +827,136 @@ static void bench_lse(bench *b)
     bench_merge(b);
 }
 
+/* ---- KV-cache decoding: one new row, 32 query heads over 8 K/V heads, d 128 ---- */
+
+#define DEC_HQ 32
+#define DEC_HKV 8
+#define DEC_D 128
+#define DEC_CHECK_HEADS 4
+
+typedef struct {
+    clattn_tensor q, kc, vc, lens, out, copy;
+    clattn_kv_cache cache;
+    size_t bytes; /* the cache's keys and values of every sequence, read once */
+} dec_case;
+
+static int dec_run(bench *b, void *arg)
+{
+    dec_case *c = arg;
+    return clattn_decode_attention(b->ctx, &c->q, &c->cache, NULL, &c->out) != CLATTN_SUCCESS;
+}
+
+/* A device copy of the same bytes (read and write counted, as for the decode's reads). */
+static int dec_run_copy(bench *b, void *arg)
+{
+    dec_case *c = arg;
+    return clEnqueueCopyBuffer(b->queue, c->copy.buf, c->copy.buf, 0, c->bytes / 2, c->bytes / 2,
+                               0, NULL, NULL) != CL_SUCCESS;
+}
+
+/* Random floats, a block of them repeated: the cache is up to 2 GiB. */
+static void fill_tiled(bench *b, float *x, size_t n)
+{
+    size_t blk = n < (1u << 20) ? n : (1u << 20);
+    fill(b, x, blk);
+    for (size_t i = blk; i < n; i += blk)
+        memcpy(x + i, x, (n - i < blk ? n - i : blk) * sizeof *x);
+}
+
+/* The largest error of the first DEC_CHECK_HEADS heads of sequence 0 against a double reference,
+ * relative to max |v|. */
+static double dec_error(bench *b, dec_case *c, const float *q, const float *k, const float *v,
+                        size_t K)
+{
+    float *o = malloc(DEC_HQ * DEC_D * sizeof *o);
+    double *w = malloc(K * sizeof *w), worst = 0;
+    if (!o || !w)
+        die("out of memory");
+    ok(b, clattn_tensor_fill(b->ctx, &c->out, NAN), "poison out");
+    ok(b, clattn_decode_attention(b->ctx, &c->q, &c->cache, NULL, &c->out), "decode");
+    ok(b, clattn_tensor_read_blocking(b->ctx, &(clattn_tensor){c->out.buf, 0, 1,
+                                                                {DEC_HQ * DEC_D}, CLATTN_FLOAT32}, o),
+       "read out");
+    for (int h = 0; h < DEC_CHECK_HEADS; h++) {
+        const float *qr = q + (size_t)h * DEC_D, *kh = k + (size_t)(h / (DEC_HQ / DEC_HKV)) * K * DEC_D;
+        const float *vh = v + (size_t)(h / (DEC_HQ / DEC_HKV)) * K * DEC_D;
+        double mx = -INFINITY, sum = 0;
+        for (size_t j = 0; j < K; j++) {
+            double dot = 0;
+            for (int e = 0; e < DEC_D; e++)
+                dot += (double)qr[e] * kh[j * DEC_D + e];
+            w[j] = dot / sqrt((double)DEC_D);
+            mx = fmax(mx, w[j]);
+        }
+        for (size_t j = 0; j < K; j++)
+            sum += (w[j] = exp(w[j] - mx));
+        for (int e = 0; e < DEC_D; e++) {
+            double want = 0;
+            for (size_t j = 0; j < K; j++)
+                want += w[j] / sum * vh[j * DEC_D + e];
+            double err = fabs(o[h * DEC_D + e] - want);
+            worst = isfinite(err) ? fmax(worst, err) : INFINITY;
+        }
+    }
+    free(o);
+    free(w);
+    return worst;
+}
+
+static void dec_one(bench *b, size_t B, size_t K)
+{
+    dec_case c;
+    size_t qn = B * DEC_HQ * DEC_D, kn = B * DEC_HKV * K * DEC_D;
+    size_t qd[4] = {B, DEC_HQ, 1, DEC_D}, kd[4] = {B, DEC_HKV, K, DEC_D};
+    float *q = malloc(qn * sizeof *q), *k = malloc(kn * sizeof *k), *v = malloc(kn * sizeof *v);
+    int *lens = malloc(B * sizeof *lens);
+    if (!q || !k || !v || !lens)
+        die("out of memory");
+    memset(&c, 0, sizeof c);
+    fill(b, q, qn);
+    fill_tiled(b, k, kn);
+    fill_tiled(b, v, kn);
+    for (size_t i = 0; i < B; i++)
+        lens[i] = (int)K; /* full caches: every key read */
+    ok(b, clattn_tensor_create(b->ctx, CLATTN_FLOAT32, 4, qd, q, &c.q), "create Q");
+    ok(b, clattn_tensor_create(b->ctx, CLATTN_FLOAT32, 4, kd, k, &c.kc), "create K cache");
+    ok(b, clattn_tensor_create(b->ctx, CLATTN_FLOAT32, 4, kd, v, &c.vc), "create V cache");
+    ok(b, clattn_tensor_create(b->ctx, CLATTN_INT32, 1, (size_t[]){B}, lens, &c.lens), "lens");
+    ok(b, clattn_tensor_create(b->ctx, CLATTN_FLOAT32, 4, qd, NULL, &c.out), "create out");
+    c.bytes = 2 * kn * sizeof(float);
+    ok(b, clattn_tensor_create(b->ctx, CLATTN_FLOAT32, 1, (size_t[]){c.bytes / 4}, NULL, &c.copy),
+       "create copy");
+    c.cache.k_cache = &c.kc;
+    c.cache.v_cache = &c.vc;
+    c.cache.lens = &c.lens;
+    char name[48];
+    snprintf(name, sizeof name, "B%zu K%zu", B, K);
+    double err = dec_error(b, &c, q, k, v, K);
+    if (err > ATT_TOL) {
+        bench_check_fail(b, name, "clattn_decode_attention", err, ATT_TOL);
+    } else {
+        bench_record(b, name, "clattn_decode_attention", 0, 1e-9 * (double)c.bytes, "GB/s",
+                     bench_time(b, dec_run, &c, 1), err);
+        bench_record(b, name, "clEnqueueCopyBuffer", 1, 1e-9 * (double)c.bytes, "GB/s",
+                     bench_time(b, dec_run_copy, &c, 1), 0);
+    }
+    clattn_tensor *ts[] = {&c.q, &c.kc, &c.vc, &c.lens, &c.out, &c.copy};
+    for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
+        clattn_tensor_release(ts[i]);
+    free(q);
+    free(k);
+    free(v);
+    free(lens);
+}
+
+static void bench_decode(bench *b)
+{
+    static const size_t Bs[2] = {1, 8}, Ks[2] = {4096, 32768};
+    for (int i = 0; i < 2; i++)
+        for (int j = 0; j < 2; j++)
+            dec_one(b, Bs[i], Ks[j]);
+}
+
 /* ---- multi-head forward: batch 4, 8 heads, 512 x 512, hidden 512, biases (as torch's default) ---- */
 
 #define MHA_B 4
@@ -1119,6 +1249,9 @@ static const bench_section sections[] = {
     {"lse", "the fused kernel's LSE output (16 heads, N 1024, d 64) vs none, and merging two "
             "(16, 1024, 64) partial results, GB/s read + written vs a device copy",
      bench_lse},
+    {"decode", "KV-cache decoding, one new row, 32 query heads over 8 K/V heads, d 128, B 1 and 8, "
+               "K 4096 and 32768 (full caches): GB/s of the cache read once vs a device copy",
+     bench_decode},
     {"mha", "multi-head forward, batch 4, 8 heads, 512 x 512, hidden 512, biases: fused vs unfused",
      bench_mha},
     {"additive", "additive attention, batch 4, 256 x 256, hidden 64, sizes 64, valid lengths",

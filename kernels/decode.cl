@@ -1,0 +1,371 @@
+/* clattn KV-cache decoding (flash-decoding): attention of a few new query rows per sequence over
+ * that sequence's cached keys, split over work-items (or groups) by key ranges, then merged.
+ *
+ * Layout, float32 contiguous row-major at element offsets: Q (B, Hq, Qn, d), the caches K
+ * (B, Hkv, Kmax, d) and V (B, Hkv, Kmax, dv), new keys and values kn (B, Hkv, Qn, d) and vn
+ * (B, Hkv, Qn, dv), lens (B) int32, out (B, Hq, Qn, dv), lse (B, Hq, Qn). G = Hq / Hkv query heads
+ * share K/V head hk, and their G * Qn query rows are consecutive in Q (from row bh * G * Qn on,
+ * bh = b * Hkv + hk), so one work-item or group takes them all, RQ at a time, and reads each
+ * cached key once for them.
+ * Sequence b has L = clamp(lens[b], 0, Kmax - A) + A keys, A = Qn when the new keys were appended
+ * (decode_append), else 0. Row rr of a K/V head is new row i = rr % Qn, whose diagonal is key
+ * L - Qn + i (bottom-right); win = (left, right) bounds its keys to [diag - left, diag + right],
+ * -1 unbounded (causal: right 0). Blocked keys score `fill`; they are computed, not skipped (Qn
+ * is small), so 0 * v is NaN where a value is NaN or infinite, as PyTorch's weights @ V.
+ * Splits: split s takes keys [s * split, min((s + 1) * split, L)) (split: SK, or less under a loop
+ * budget) and writes each row's partial state at
+ * part + (row * nsplit + s) * (dv + 2): acc (dv floats) = sum_k exp(x_k - mz) v_k, then mz (the
+ * running maximum, 0 while every score is -inf, so exp never sees -inf - -inf) and l = sum_k
+ * exp(x_k - mz). decode_merge combines the splits. */
+#include "common.cl"
+
+#ifndef RQ
+#define RQ 4
+#endif
+#ifndef DP
+#define DP 128
+#endif
+#ifndef DVP
+#define DVP 128
+#endif
+#ifndef WG
+#define WG 64
+#endif
+#ifndef ALIGN16
+#define ALIGN16 0
+#endif
+#if DP % 16 != 0 || DVP % 16 != 0 || RQ < 1
+#error "DP and DVP must be multiples of 16, RQ at least 1"
+#endif
+/* 16 floats of a cache row from element 16 c. ALIGN16 (set by the host when every cache row
+ * starts on a 64-byte boundary: head sizes and offsets multiples of 16) reads them as one float16:
+ * PoCL 3.1 splits vload16 on a global pointer into 2-float loads, 4x slower to stream. */
+#if ALIGN16
+#define ROW16(p, c) (((__global const float16 *)(p))[c])
+#else
+#define ROW16(p, c) vload16((c), (p))
+#endif
+/* output columns per work-item in decode_gpu */
+#define NCOL ((DVP + WG - 1) / WG)
+
+#define DECODE_PARAMS                                                                            \
+    __global const float *Q, int q_off, __global const float *K, int k_off,                     \
+        __global const float *V, int v_off, __global const int *lens, int lens_off, int Hkv,    \
+        int G, int Qn, int Kmax, int A, int d, int dv, int nsplit, int split, float scale,         \
+        int2 win, float fill, __global float *part
+
+/* The sequence's number of keys (see the top of the file). */
+static inline int seq_keys(__global const int *lens, int lens_off, int b, int Kmax, int A)
+{
+    return clamp(lens[lens_off + b], 0, Kmax - A) + A;
+}
+
+/* Row rr's open keys [lo, hi) among the sequence's L keys. */
+static inline int2 row_bounds(int rr, int Qn, int L, int2 win)
+{
+    int diag = L - Qn + rr % Qn;
+    int lo = win.x >= 0 ? clamp(diag - win.x, 0, L) : 0;
+    int hi = win.y >= 0 ? clamp(diag + win.y + 1, 0, L) : L;
+    return (int2)(lo, hi);
+}
+
+/* The first n floats from p (all 16 when n >= 16), zeros after: rows are never read past their
+ * end, where the next row's values (or the buffer's end) lie. */
+static inline float16 load16(__global const float *p, int n)
+{
+    if (n >= 16)
+        return vload16(0, p);
+    float t[16];
+    for (int i = 0; i < 16; i++)
+        t[i] = i < n ? p[i] : 0.0f;
+    return vload16(0, t);
+}
+
+/* max without fmax's NaN bookkeeping, as flash.cl's (a NaN score makes its row NaN through the
+ * sum instead) */
+static inline float hmax16(float16 v)
+{
+    float8 hi = (float8)(v.s8, v.s9, v.sa, v.sb, v.sc, v.sd, v.se, v.sf); /* see hsum16 */
+    float8 a = select(v.lo, hi, hi > v.lo);
+    float4 b = select(a.lo, a.hi, a.hi > a.lo);
+    float2 c = select(b.lo, b.hi, b.hi > b.lo);
+    return c.y > c.x ? c.y : c.x;
+}
+
+static inline float hsum16(float16 v)
+{
+    /* the upper half by components: Oclgrind 21.10 takes lane 11 of .hi for undefined */
+    float8 a = v.lo + (float8)(v.s8, v.s9, v.sa, v.sb, v.sc, v.sd, v.se, v.sf);
+    float4 b = a.lo + a.hi;
+    return (b.x + b.y) + (b.z + b.w);
+}
+
+static inline void store_state(__global float *part, size_t row, int nsplit, int s, int dv,
+                               float m, float l)
+{
+    __global float *p = part + (row * nsplit + s) * (dv + 2);
+    p[dv] = m == -INFINITY ? 0.0f : m;
+    p[dv + 1] = l;
+}
+
+/* CPU shape: one work-item per (split, RQ rows, K/V head), keys 16 at a time: each key's dot
+ * products with every row (16-wide vectors over the head, one horizontal sum per row), the 16
+ * scores of a row as one vector for the mask and the softmax, then the outputs 16 columns at a
+ * time over the 16 keys (RQ accumulators), so that the K and V rows are read once. The unroll
+ * pragmas keep the RQ-row tiles in registers (PoCL leaves them on the stack otherwise). */
+__kernel void decode_cpu(DECODE_PARAMS)
+{
+    int s = get_global_id(0), rg = get_global_id(1), bh = get_global_id(2);
+    int R = G * Qn, r0 = rg * RQ;
+    if (r0 >= R)
+        return;
+    int nr = min(RQ, R - r0), L = seq_keys(lens, lens_off, bh / Hkv, Kmax, A);
+    int k_lo = s * split, k_hi = min(k_lo + split, L);
+    size_t base = (size_t)bh * R + r0; /* the first query row */
+    __global const float *kb = K + k_off + (size_t)bh * Kmax * d;
+    __global const float *vb = V + v_off + (size_t)bh * Kmax * dv;
+    float16 qv[RQ][DP / 16], acc[RQ][DVP / 16];
+    float m[RQ], l[RQ];
+    int lo[RQ], hi[RQ];
+    #pragma unroll
+    for (int r = 0; r < RQ; r++) {
+        int rr = r0 + min(r, nr - 1); /* rows past R recompute the last one */
+        __global const float *qr = Q + q_off + (base + (rr - r0)) * d;
+        #pragma unroll
+        for (int c = 0; c < DP / 16; c++)
+            qv[r][c] = load16(qr + 16 * c, d - 16 * c);
+        int2 bo = row_bounds(rr, Qn, L, win);
+        lo[r] = bo.x;
+        hi[r] = bo.y;
+        m[r] = -INFINITY;
+        l[r] = 0.0f;
+        #pragma unroll
+        for (int c = 0; c < DVP / 16; c++)
+            acc[r][c] = (float16)(0.0f);
+    }
+    for (int k0 = k_lo; k0 < k_hi; k0 += 16) {
+        int nk = min(16, k_hi - k0);
+        float st[RQ][16], corr[RQ];
+        for (int j = 0; j < nk; j++) {
+            __global const float *kr = kb + (size_t)(k0 + j) * d;
+            float16 a[RQ];
+            #pragma unroll
+            for (int r = 0; r < RQ; r++)
+                a[r] = (float16)(0.0f);
+            #pragma unroll
+            for (int c = 0; c < DP / 16; c++) {
+                float16 kv = 16 * c + 16 <= d ? ROW16(kr, c) : load16(kr + 16 * c, d - 16 * c);
+                #pragma unroll
+                for (int r = 0; r < RQ; r++)
+                    a[r] = fma(qv[r][c], kv, a[r]);
+            }
+            #pragma unroll
+            for (int r = 0; r < RQ; r++)
+                st[r][j] = hsum16(a[r]);
+        }
+        int16 idx = (int16)(k0) + (int16)(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+        #pragma unroll
+        for (int r = 0; r < RQ; r++) {
+            float16 x = idx < (int16)(k_hi) ? vload16(0, st[r]) * (float16)(scale)
+                                             : (float16)(0.0f); /* lanes past the keys: unset */
+            x = select((float16)(fill), x, idx >= (int16)(lo[r]) & idx < (int16)(hi[r]));
+            x = select((float16)(-INFINITY), x, idx < (int16)(k_hi));
+            float bm = hmax16(x), mn = bm > m[r] ? bm : m[r];
+            float mz = mn == -INFINITY ? 0.0f : mn;
+            corr[r] = exp(m[r] - mz); /* 0 from m = -inf */
+            x = exp(x - (float16)(mz));
+            l[r] = l[r] * corr[r] + hsum16(x);
+            m[r] = mn;
+            vstore16(x, 0, st[r]);
+        }
+        #pragma unroll
+        for (int c = 0; c < DVP / 16; c++) {
+            if (16 * c >= dv)
+                break;
+            float16 a[RQ];
+            #pragma unroll
+            for (int r = 0; r < RQ; r++)
+                a[r] = acc[r][c] * (float16)(corr[r]);
+            if (nk == 16 && 16 * c + 16 <= dv) { /* a whole block: unrolled */
+                #pragma unroll
+                for (int j = 0; j < 16; j++) {
+                    float16 vv = ROW16(vb + (size_t)(k0 + j) * dv, c);
+                    #pragma unroll
+                    for (int r = 0; r < RQ; r++)
+                        a[r] = fma((float16)(st[r][j]), vv, a[r]);
+                }
+            } else {
+                for (int j = 0; j < nk; j++) {
+                    __global const float *vr = vb + (size_t)(k0 + j) * dv;
+                    float16 vv = 16 * c + 16 <= dv ? ROW16(vr, c) : load16(vr + 16 * c, dv - 16 * c);
+                    #pragma unroll
+                    for (int r = 0; r < RQ; r++)
+                        a[r] = fma((float16)(st[r][j]), vv, a[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < RQ; r++)
+                acc[r][c] = a[r];
+        }
+    }
+    for (int r = 0; r < nr; r++) {
+        __global float *p = part + ((base + r) * nsplit + s) * (dv + 2);
+        for (int c = 0; c < dv; c++)
+            p[c] = ((const float *)acc[r])[c];
+        store_state(part, base + r, nsplit, s, dv, m[r], l[r]);
+    }
+}
+
+/* GPU shape: a work-group of WG items per (split, RQ rows, K/V head) walks the split's keys WG
+ * at a time: item t scores key t of the tile for every row (the rows of q in local memory), the
+ * first RQ items take one row's maximum and sum each, and every item accumulates its NCOL output
+ * columns (t, t + WG, ...) over the tile's keys, so V is read coalesced. */
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
+void decode_gpu(DECODE_PARAMS)
+{
+    __local float qs[RQ][DP], S[RQ][WG], mz_l[RQ], corr_l[RQ], m_l[RQ], l_l[RQ];
+    int t = get_local_id(0), s = get_group_id(0), rg = get_group_id(1), bh = get_group_id(2);
+    int R = G * Qn, r0 = rg * RQ;
+    if (r0 >= R)
+        return; /* the whole group */
+    int nr = min(RQ, R - r0), L = seq_keys(lens, lens_off, bh / Hkv, Kmax, A);
+    int k_lo = s * split, k_hi = min(k_lo + split, L);
+    size_t base = (size_t)bh * R + r0;
+    __global const float *kb = K + k_off + (size_t)bh * Kmax * d;
+    __global const float *vb = V + v_off + (size_t)bh * Kmax * dv;
+    int lo[RQ], hi[RQ];
+    float acc[RQ][NCOL];
+    for (int i = t; i < RQ * DP; i += WG) {
+        int r = i / DP, e = i % DP;
+        qs[r][e] = e < d ? Q[q_off + (base + min(r, nr - 1)) * d + e] : 0.0f;
+    }
+    for (int r = 0; r < RQ; r++) {
+        int2 bo = row_bounds(r0 + min(r, nr - 1), Qn, L, win);
+        lo[r] = bo.x;
+        hi[r] = bo.y;
+        for (int ci = 0; ci < NCOL; ci++)
+            acc[r][ci] = 0.0f;
+    }
+    if (t < RQ) {
+        m_l[t] = -INFINITY;
+        l_l[t] = 0.0f;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int k0 = k_lo; k0 < k_hi; k0 += WG) {
+        int kk = k0 + t, nk = min(WG, k_hi - k0);
+        for (int r = 0; r < RQ; r++) {
+            float a = -INFINITY; /* not a key */
+            if (kk < k_hi) {
+                __global const float *kr = kb + (size_t)kk * d;
+                a = 0.0f;
+                for (int e = 0; e < d; e++)
+                    a = mad(qs[r][e], kr[e], a);
+                a = kk >= lo[r] && kk < hi[r] ? a * scale : fill;
+            }
+            S[r][t] = a;
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (t < RQ) {
+            float bm = S[t][0];
+            for (int j = 1; j < WG; j++)
+                bm = S[t][j] > bm ? S[t][j] : bm;
+            float mn = bm > m_l[t] ? bm : m_l[t], mz = mn == -INFINITY ? 0.0f : mn;
+            corr_l[t] = exp(m_l[t] - mz);
+            mz_l[t] = mz;
+            m_l[t] = mn;
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        for (int r = 0; r < RQ; r++)
+            S[r][t] = exp(S[r][t] - mz_l[r]);
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (t < RQ) {
+            float sum = 0.0f;
+            for (int j = 0; j < WG; j++)
+                sum += S[t][j];
+            l_l[t] = l_l[t] * corr_l[t] + sum;
+        }
+        for (int ci = 0; ci < NCOL; ci++) {
+            int c = t + WG * ci;
+            if (c >= dv)
+                break;
+            for (int r = 0; r < RQ; r++) {
+                float a = acc[r][ci] * corr_l[r];
+                for (int j = 0; j < nk; j++)
+                    a = mad(S[r][j], vb[(size_t)(k0 + j) * dv + c], a);
+                acc[r][ci] = a;
+            }
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    for (int r = 0; r < nr; r++) {
+        __global float *p = part + ((base + r) * nsplit + s) * (dv + 2);
+        for (int ci = 0; ci < NCOL; ci++)
+            if (t + WG * ci < dv)
+                p[t + WG * ci] = acc[r][ci];
+    }
+    if (t < nr)
+        store_state(part, base + t, nsplit, s, dv, m_l[t], l_l[t]);
+}
+
+/* out and lse of each query row from its splits' states: weights exp(mz_s - M) over the splits
+ * that saw a key with a weight (l > 0), M their largest mz. A split whose scores were all -inf
+ * weighs 0 (its acc, 0 or NaN from 0 * v, passes through 0 *); none left gives 0 / 0 = NaN and an
+ * LSE of -inf, as one attention op over blocked keys; a sequence with no keys (L = 0) gives 0
+ * and -inf, as PyTorch's softmax over no keys times an empty V. One work-item per cpi output
+ * columns of a row (all of them on CPUs: one exponential per split; one on GPUs), accumulating
+ * in the output row itself. */
+__kernel void decode_merge(__global const float *part, int nsplit, int dv, int cpi,
+                           int rows_per_seq, __global const int *lens, int lens_off, int Kmax,
+                           int A, __global float *out, int out_off, __global float *lse,
+                           int lse_off, int nrows)
+{
+    int ci = get_global_id(0), row = get_global_id(1);
+    if (row >= nrows || ci * cpi >= dv)
+        return;
+    int c_lo = ci * cpi, c_hi = min(c_lo + cpi, dv), st = dv + 2;
+    int L = seq_keys(lens, lens_off, row / rows_per_seq, Kmax, A);
+    __global const float *p = part + (size_t)row * nsplit * st;
+    __global float *o = out + out_off + (size_t)row * dv;
+    float M = -INFINITY, sum = 0.0f;
+    for (int s = 0; s < nsplit; s++) {
+        float mz = p[s * st + dv], l = p[s * st + dv + 1];
+        if (l != 0.0f && mz > M)
+            M = mz;
+    }
+    for (int c = c_lo; c < c_hi; c++)
+        o[c] = 0.0f;
+    for (int s = 0; s < nsplit; s++) {
+        float l = p[s * st + dv + 1], w = l != 0.0f ? exp(p[s * st + dv] - M) : 0.0f;
+        sum += l != 0.0f ? l * w : 0.0f;
+        for (int c = c_lo; c < c_hi; c++)
+            o[c] += p[s * st + c] * w;
+    }
+    for (int c = c_lo; c < c_hi; c++)
+        o[c] = L == 0 ? 0.0f : o[c] / sum;
+    if (lse && ci == 0)
+        lse[lse_off + row] = L == 0 ? -INFINITY : M + log(sum);
+}
+
+/* The new keys and values into the caches at each sequence's length. One work-item per element
+ * (column e of new row i of K/V head bh). */
+__kernel void decode_append(__global const float *kn, int kn_off, __global const float *vn,
+                            int vn_off, __global float *K, int k_off, __global float *V, int v_off,
+                            __global const int *lens, int lens_off, int Hkv, int Qn, int Kmax,
+                            int d, int dv)
+{
+    int e = get_global_id(0), i = get_global_id(1), bh = get_global_id(2);
+    size_t pos = (size_t)bh * Kmax + seq_keys(lens, lens_off, bh / Hkv, Kmax, Qn) - Qn + i;
+    size_t src = (size_t)bh * Qn + i;
+    if (e < d)
+        K[k_off + pos * d + e] = kn[kn_off + src * d + e];
+    if (e < dv)
+        V[v_off + pos * dv + e] = vn[vn_off + src * dv + e];
+}
+
+/* lens[b] += Qn after an append (clamped as everywhere above). One work-item per sequence. */
+__kernel void decode_advance(__global int *lens, int lens_off, int Kmax, int Qn, int B)
+{
+    int b = get_global_id(0);
+    if (b < B)
+        lens[lens_off + b] = seq_keys(lens, lens_off, b, Kmax, Qn);
+}

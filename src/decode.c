@@ -1,0 +1,371 @@
+/* clattn_decode_attention: KV-cache decoding, split over key ranges and merged (kernels/decode.cl). */
+#include "attention.h"
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#define DECODE_MAX_DIM 256 /* head sizes, as the fused attention kernels */
+#define DECODE_MAX_QN 64   /* new rows per sequence: computed, never skipped, when blocked */
+
+static const int dim_buckets[] = {16, 32, 48, 64, 96, 128, 192, DECODE_MAX_DIM};
+
+static int bucket(int n)
+{
+    size_t i = 0;
+    while (i + 1 < sizeof dim_buckets / sizeof dim_buckets[0] && dim_buckets[i] < n)
+        i++;
+    return dim_buckets[i];
+}
+
+/* t is 4-D float32 (B, H, rows, cols) with the given dims, 0 meaning any (stored in dims). */
+static clattn_status check_4d(clattn_context *ctx, const clattn_tensor *t, const char *name,
+                              size_t dims[4], const char *what)
+{
+    clattn_status st = CLATTN_SUCCESS;
+    char s1[96], want[96] = "(";
+    CHECK_ST(clattn__check_tensor(ctx, t, name, CLATTN_FLOAT32, 4, 4));
+    int ok = 1;
+    for (int i = 0; i < 4; i++) {
+        ok &= dims[i] == 0 || t->dims[i] == dims[i];
+        size_t n = strlen(want);
+        if (dims[i])
+            snprintf(want + n, sizeof want - n, "%zu%s", dims[i], i < 3 ? ", " : ")");
+        else
+            snprintf(want + n, sizeof want - n, "*%s", i < 3 ? ", " : ")");
+    }
+    CHECK(ctx, ok, CLATTN_ERROR_SHAPE_MISMATCH, "%s: shape %s, expected %s (%s)", name,
+          clattn__shape_str(t, s1, sizeof s1), want, what);
+    memcpy(dims, t->dims, sizeof(size_t) * 4);
+fail:
+    return st;
+}
+
+/* Shapes: Q (B, Hq, Qn, d), caches (B, Hkv, Kmax, d / dv), lens (B), new rows (B, Hkv, Qn, .),
+ * out (B, Hq, Qn, dv). */
+static clattn_status check_shapes(clattn_context *ctx, const clattn_tensor *Q,
+                                  const clattn_kv_cache *c, const clattn_tensor *out)
+{
+    clattn_status st = CLATTN_SUCCESS;
+    char s1[96];
+    size_t q[4] = {0}, k[4] = {0}, v[4] = {0}, kn[4], vn[4], o[4];
+    CHECK(ctx, c, CLATTN_ERROR_INVALID_ARGUMENT, "cache: NULL");
+    CHECK_ST(check_4d(ctx, Q, "Q", q, "B, query heads, new rows, head size"));
+    CHECK(ctx, q[2] >= 1 && q[2] <= DECODE_MAX_QN, CLATTN_ERROR_UNSUPPORTED,
+          "Q: %zu new rows per sequence, at most %d", q[2], DECODE_MAX_QN);
+    k[0] = q[0];
+    k[3] = q[3];
+    CHECK_ST(check_4d(ctx, c->k_cache, "cache.k_cache", k, "Q's batch and head size"));
+    CHECK(ctx, q[1] % k[1] == 0, CLATTN_ERROR_SHAPE_MISMATCH,
+          "cache.k_cache: %zu K/V heads do not divide Q's %zu heads", k[1], q[1]);
+    v[0] = k[0];
+    v[1] = k[1];
+    v[2] = k[2];
+    CHECK_ST(check_4d(ctx, c->v_cache, "cache.v_cache", v, "k_cache's batch, heads and rows"));
+    CHECK(ctx, q[3] <= DECODE_MAX_DIM && v[3] <= DECODE_MAX_DIM, CLATTN_ERROR_UNSUPPORTED,
+          "Q, cache.v_cache: head sizes %zu, %zu, at most %d", q[3], v[3], DECODE_MAX_DIM);
+    CHECK_ST(clattn__check_tensor(ctx, c->lens, "cache.lens", CLATTN_INT32, 1, 1));
+    CHECK(ctx, c->lens->dims[0] == q[0], CLATTN_ERROR_SHAPE_MISMATCH,
+          "cache.lens: shape %s, expected (%zu) (one length per sequence)",
+          clattn__shape_str(c->lens, s1, sizeof s1), q[0]);
+    CHECK(ctx, !c->k_new == !c->v_new, CLATTN_ERROR_INVALID_ARGUMENT,
+          "cache.k_new, cache.v_new: give both or neither");
+    CHECK(ctx, c->advance == 0 || (c->advance == 1 && c->k_new), CLATTN_ERROR_INVALID_ARGUMENT,
+          "cache.advance = %d: 0, or 1 with k_new and v_new to append", c->advance);
+    if (c->k_new) {
+        size_t want_k[4] = {k[0], k[1], q[2], k[3]}, want_v[4] = {k[0], k[1], q[2], v[3]};
+        memcpy(kn, want_k, sizeof kn);
+        memcpy(vn, want_v, sizeof vn);
+        CHECK_ST(check_4d(ctx, c->k_new, "cache.k_new", kn, "k_cache's batch and heads, Q's rows"));
+        CHECK_ST(check_4d(ctx, c->v_new, "cache.v_new", vn, "v_cache's batch and heads, Q's rows"));
+        CHECK(ctx, q[2] <= k[2], CLATTN_ERROR_SHAPE_MISMATCH,
+              "cache.k_new: %zu new rows do not fit a cache of %zu", q[2], k[2]);
+    }
+    size_t want_o[4] = {q[0], q[1], q[2], v[3]};
+    memcpy(o, want_o, sizeof o);
+    CHECK_ST(check_4d(ctx, out, "out", o, "Q's batch, heads and rows, v_cache's head size"));
+fail:
+    return st;
+}
+
+/* What decoding takes from opts: scale, lse, causal, a window and the fill (bottom-right). */
+static clattn_status check_opts(clattn_context *ctx, const clattn_attention_opts *opts,
+                                const clattn_tensor *Q, const clattn_kv_cache *c,
+                                clattn_mask_args *m, const clattn_tensor **lse)
+{
+    clattn_status st = CLATTN_SUCCESS;
+    const clattn_dropout_params *drop;
+    const clattn_mask *mk = opts ? &opts->mask : NULL;
+    CHECK(ctx, !mk || (!mk->valid_lens && !mk->valid_lens_host && !mk->mask),
+          CLATTN_ERROR_INVALID_ARGUMENT, "opts.mask: decoding takes no valid lengths or mask "
+          "tensor (cache.lens are the lengths)");
+    CHECK(ctx, !mk || !(mk->causal || mk->window) || mk->align == CLATTN_ALIGN_BOTTOM_RIGHT,
+          CLATTN_ERROR_INVALID_ARGUMENT, "opts.mask.align: decoding counts causal and window "
+          "diagonals from each sequence's last key: set CLATTN_ALIGN_BOTTOM_RIGHT");
+    CHECK(ctx, !opts || !clattn__dropout_active(&opts->dropout), CLATTN_ERROR_INVALID_ARGUMENT,
+          "opts.dropout: decoding is inference, it takes no dropout (training = 0 or p = 0)");
+    /* the mask and lse checks of every attention op, for scores (B, Hq, Qn, Kmax + Qn) */
+    size_t sdims[4] = {Q->dims[0], Q->dims[1], Q->dims[2], c->k_cache->dims[2] + Q->dims[2]};
+    const clattn_arg ins[6] = {{Q, "Q"},           {c->k_cache, "cache.k_cache"},
+                               {c->v_cache, "cache.v_cache"}, {c->lens, "cache.lens"},
+                               {c->k_new, "cache.k_new"}, {c->v_new, "cache.v_new"}};
+    CHECK_ST(clattn__resolve_opts(ctx, opts, 4, sdims, ins, 6, NULL, 0, m, &drop, lse));
+fail:
+    return st;
+}
+
+/* Outputs: out, and in place the caches with k_new and lens with advance. */
+static clattn_status check_overlaps(clattn_context *ctx, const clattn_tensor *Q,
+                                    const clattn_kv_cache *c, const clattn_tensor *out)
+{
+    int app = c->k_new != NULL;
+    const clattn_arg outs[4] = {{out, "out"},
+                                {app ? c->k_cache : NULL, "cache.k_cache"},
+                                {app ? c->v_cache : NULL, "cache.v_cache"},
+                                {c->advance ? c->lens : NULL, "cache.lens"}};
+    const clattn_arg ins[6] = {{Q, "Q"},
+                               {c->k_new, "cache.k_new"},
+                               {c->v_new, "cache.v_new"},
+                               {app ? NULL : c->k_cache, "cache.k_cache"},
+                               {app ? NULL : c->v_cache, "cache.v_cache"},
+                               {c->advance ? NULL : c->lens, "cache.lens"}};
+    return clattn__check_no_overlap(ctx, outs, 4, ins, 6);
+}
+
+/* The decode_gpu launch's loop iterations per work-item (clattn__loop_budget's count): fixed
+ * (q rows, state, stores) and per tile of WG keys. */
+static void gpu_loops(int RQ, int WG, int dp, int dvp, long *fixed, long *per_tile)
+{
+    long ncol = (dvp + WG - 1) / WG;
+    *fixed = (RQ * dp + WG - 1) / WG + 1 + RQ * (ncol + 1) + 1 + RQ * (ncol + 1) + 1;
+    *per_tile = 1 + RQ * (dp + 2) + 1 + WG + RQ + 1 + WG + 1 + ncol * (RQ * (WG + 1) + 1) + 1;
+}
+
+long clattn__decode_gpu_min_loops(const clattn_tuning *t)
+{
+    long fixed, per_tile;
+    gpu_loops(clattn__tune_int(t, "RQ", 4), clattn__tune_int(t, "WG", 64), DECODE_MAX_DIM,
+              DECODE_MAX_DIM, &fixed, &per_tile);
+    return fixed + per_tile;
+}
+
+typedef struct {
+    int B, Hq, Hkv, G, Qn, Kmax, A, d, dv, nsplit, SK, RQ, WG, gpu;
+    int align16; /* every cache row starts on 16 floats (the buffers' base is aligned further) */
+    float scale;
+    cl_int2 win;
+    float fill;
+} decode_plan;
+
+static void kernel_defines(const clattn_tuning *t, const decode_plan *p, char *buf, size_t n)
+{
+    snprintf(buf, n, "%s-D DP=%d -D DVP=%d -D ALIGN16=%d", t->defines, bucket(p->d),
+             bucket(p->dv), p->align16);
+}
+
+/* The compiled decode_gpu may allow fewer items per group than WG (llvmpipe: 32): halved until
+ * it fits, RQ with it (RQ <= WG). */
+static clattn_status fit_group(clattn_context *ctx, clattn_tuning *t, decode_plan *p)
+{
+    clattn_status st = CLATTN_SUCCESS;
+    char defines[600];
+    cl_kernel k;
+    for (size_t kernel_wg = 0;;) {
+        kernel_defines(t, p, defines, sizeof defines);
+        CHECK_ST(clattn__get_kernel(ctx, "decode.cl", defines, "decode_gpu", &k));
+        CHECK_ST(clattn__kernel_group_size(ctx, k, "decode_gpu", &kernel_wg));
+        if ((size_t)p->WG <= kernel_wg || p->WG == 1)
+            break;
+        clattn__tune_set(t, "WG", p->WG = kernel_wg > 1 ? (int)kernel_wg : 1);
+        clattn__tune_set(t, "RQ", p->RQ = p->RQ < p->WG ? p->RQ : p->WG);
+    }
+fail:
+    return st;
+}
+
+/* 1 when buf's memory starts on 64 bytes: the device's own allocations (and sub-buffers, whose
+ * origins are multiples of it) by the base alignment, an application's memory
+ * (CL_MEM_USE_HOST_PTR) by its address. */
+static int aligned64(const clattn_context *ctx, cl_mem buf)
+{
+    cl_mem_flags flags = 0;
+    void *host = NULL;
+    if (clGetMemObjectInfo(buf, CL_MEM_FLAGS, sizeof flags, &flags, NULL) != CL_SUCCESS)
+        return 0;
+    if (flags & CL_MEM_USE_HOST_PTR)
+        return clGetMemObjectInfo(buf, CL_MEM_HOST_PTR, sizeof host, &host, NULL) == CL_SUCCESS &&
+               (uintptr_t)host % 64 == 0;
+    return ctx->base_align >= 64;
+}
+
+/* The variant's group, its split length SK (under a loop budget, as many tiles as fit) and the
+ * split count. */
+static clattn_status make_plan(clattn_context *ctx, clattn_tuning *t, const clattn_tensor *Q,
+                               const clattn_kv_cache *c, const clattn_mask_args *m, float scale,
+                               decode_plan *p)
+{
+    clattn_status st = CLATTN_SUCCESS;
+    memset(p, 0, sizeof *p);
+    p->B = (int)Q->dims[0];
+    p->Hq = (int)Q->dims[1];
+    p->Qn = (int)Q->dims[2];
+    p->d = (int)Q->dims[3];
+    p->Hkv = (int)c->k_cache->dims[1];
+    p->G = p->Hq / p->Hkv;
+    p->Kmax = (int)c->k_cache->dims[2];
+    p->dv = (int)c->v_cache->dims[3];
+    p->A = c->k_new ? p->Qn : 0;
+    p->align16 = p->d % 16 == 0 && p->dv % 16 == 0 && c->k_cache->offset % 16 == 0 &&
+                 c->v_cache->offset % 16 == 0 && aligned64(ctx, c->k_cache->buf) &&
+                 aligned64(ctx, c->v_cache->buf);
+    p->gpu = strcmp(t->variant, "gpu") == 0;
+    p->RQ = clattn__tune_int(t, "RQ", 4);
+    p->WG = p->gpu ? clattn__tune_int(t, "WG", 64) : 1;
+    p->SK = clattn__tune_int(t, "SK", 256);
+    p->scale = scale;
+    p->win.s[0] = m->win.s[1];
+    p->win.s[1] = m->win.s[2];
+    p->fill = m->fill;
+    if (p->gpu) {
+        long fixed, per_tile;
+        CHECK_ST(fit_group(ctx, t, p));
+        size_t tiles, need = clattn__div_up((size_t)p->SK, (size_t)p->WG);
+        gpu_loops(p->RQ, p->WG, bucket(p->d), bucket(p->dv), &fixed, &per_tile);
+        CHECK_ST(clattn__loop_units(ctx, clattn__loop_budget(ctx, t), fixed, per_tile, need,
+                                    &tiles, "decode=gpu: a tile of WG=%d keys (RQ=%d, head sizes "
+                                    "%d, %d)", p->WG, p->RQ, p->d, p->dv));
+        p->SK = (int)tiles * p->WG < p->SK ? (int)tiles * p->WG : p->SK;
+    }
+    p->nsplit = (int)clattn__div_up((size_t)p->Kmax, (size_t)p->SK); /* L <= Kmax */
+    size_t rows = (size_t)p->B * p->Hq * p->Qn, part = rows * p->nsplit * (size_t)(p->dv + 2);
+    CHECK(ctx, part <= (size_t)INT32_MAX, CLATTN_ERROR_UNSUPPORTED,
+          "decode: %zu elements of partial results exceed 32-bit indexing", part);
+fail:
+    return st;
+}
+
+static clattn_status enqueue_append(clattn_context *ctx, const clattn_kv_cache *c,
+                                    const decode_plan *p)
+{
+    clattn_status st = CLATTN_SUCCESS;
+    cl_kernel k;
+    int kn_off = (int)c->k_new->offset, vn_off = (int)c->v_new->offset;
+    int k_off = (int)c->k_cache->offset, v_off = (int)c->v_cache->offset;
+    int l_off = (int)c->lens->offset;
+    CHECK_ST(clattn__get_kernel(ctx, "decode.cl", "", "decode_append", &k));
+    CHECK_ST(clattn__set_args(ctx, k, "decode_append", ARG(c->k_new->buf), ARG(kn_off),
+                              ARG(c->v_new->buf), ARG(vn_off), ARG(c->k_cache->buf), ARG(k_off),
+                              ARG(c->v_cache->buf), ARG(v_off), ARG(c->lens->buf), ARG(l_off),
+                              ARG(p->Hkv), ARG(p->Qn), ARG(p->Kmax), ARG(p->d), ARG(p->dv),
+                              ARGS_END));
+    size_t gws[3] = {(size_t)(p->d > p->dv ? p->d : p->dv), (size_t)p->Qn,
+                     (size_t)p->B * p->Hkv};
+    CHECK_ST(clattn__launch(ctx, k, 3, gws, NULL, "decode_append"));
+fail:
+    return st;
+}
+
+/* Every split's partial state into part (scratch). */
+static clattn_status enqueue_splits(clattn_context *ctx, const clattn_tuning *t,
+                                    const clattn_tensor *Q, const clattn_kv_cache *c,
+                                    const decode_plan *p, cl_mem part)
+{
+    clattn_status st = CLATTN_SUCCESS;
+    cl_kernel k;
+    char defines[600];
+    const char *name = p->gpu ? "decode_gpu" : "decode_cpu";
+    kernel_defines(t, p, defines, sizeof defines);
+    CHECK_ST(clattn__get_kernel(ctx, "decode.cl", defines, name, &k));
+    int q_off = (int)Q->offset, k_off = (int)c->k_cache->offset, v_off = (int)c->v_cache->offset;
+    int l_off = (int)c->lens->offset;
+    CHECK_ST(clattn__set_args(ctx, k, name, ARG(Q->buf), ARG(q_off), ARG(c->k_cache->buf),
+                              ARG(k_off), ARG(c->v_cache->buf), ARG(v_off), ARG(c->lens->buf),
+                              ARG(l_off), ARG(p->Hkv), ARG(p->G), ARG(p->Qn), ARG(p->Kmax),
+                              ARG(p->A), ARG(p->d), ARG(p->dv), ARG(p->nsplit), ARG(p->SK),
+                              ARG(p->scale), ARG(p->win), ARG(p->fill), ARG(part), ARGS_END));
+    size_t groups = clattn__div_up((size_t)p->G * p->Qn, (size_t)p->RQ);
+    size_t gws[3] = {(size_t)p->nsplit * p->WG, groups, (size_t)p->B * p->Hkv};
+    size_t lws[3] = {(size_t)p->WG, 1, 1};
+    CHECK_ST(clattn__launch(ctx, k, 3, gws, lws, name));
+fail:
+    return st;
+}
+
+static clattn_status enqueue_merge(clattn_context *ctx, const clattn_kv_cache *c,
+                                   const decode_plan *p, cl_mem part, const clattn_tensor *out,
+                                   const clattn_tensor *lse)
+{
+    clattn_status st = CLATTN_SUCCESS;
+    cl_kernel k;
+    int per_seq = p->Hq * p->Qn, nrows = p->B * per_seq, l_off = (int)c->lens->offset;
+    int cpi = p->gpu ? 1 : p->dv; /* columns per work-item: all on CPUs (one exp per split) */
+    int o_off = (int)out->offset, lse_off = lse ? (int)lse->offset : 0;
+    cl_mem lse_buf = lse ? lse->buf : NULL;
+    CHECK_ST(clattn__get_kernel(ctx, "decode.cl", "", "decode_merge", &k));
+    CHECK_ST(clattn__set_args(ctx, k, "decode_merge", ARG(part), ARG(p->nsplit), ARG(p->dv),
+                              ARG(cpi), ARG(per_seq), ARG(c->lens->buf), ARG(l_off), ARG(p->Kmax),
+                              ARG(p->A), ARG(out->buf), ARG(o_off), ARG(lse_buf), ARG(lse_off),
+                              ARG(nrows), ARGS_END));
+    /* one row per group on CPUs, so that a few rows still spread over the threads */
+    size_t gws[2] = {clattn__div_up((size_t)p->dv, (size_t)cpi), (size_t)nrows}, lws[2] = {1, 1};
+    CHECK_ST(clattn__launch(ctx, k, 2, gws, p->gpu ? NULL : lws, "decode_merge"));
+fail:
+    return st;
+}
+
+static clattn_status enqueue_advance(clattn_context *ctx, const clattn_kv_cache *c,
+                                     const decode_plan *p)
+{
+    clattn_status st = CLATTN_SUCCESS;
+    cl_kernel k;
+    int l_off = (int)c->lens->offset;
+    CHECK_ST(clattn__get_kernel(ctx, "decode.cl", "", "decode_advance", &k));
+    CHECK_ST(clattn__set_args(ctx, k, "decode_advance", ARG(c->lens->buf), ARG(l_off),
+                              ARG(p->Kmax), ARG(p->Qn), ARG(p->B), ARGS_END));
+    size_t gws = (size_t)p->B;
+    CHECK_ST(clattn__launch(ctx, k, 1, &gws, NULL, "decode_advance"));
+fail:
+    return st;
+}
+
+clattn_status clattn_decode_attention(clattn_context *ctx, const clattn_tensor *Q,
+                                      const clattn_kv_cache *cache,
+                                      const clattn_attention_opts *opts, const clattn_tensor *out)
+{
+    clattn_status st = CLATTN_SUCCESS;
+    clattn_mask_args m = {0};
+    clattn_tuning t;
+    const clattn_tensor *lse;
+    decode_plan p;
+    cl_mem part;
+    CHECK_DRY_RUN(ctx, clattn_decode_attention(ctx, Q, cache, opts, out));
+    CHECK(NULL, ctx, CLATTN_ERROR_INVALID_ARGUMENT, "ctx: NULL context");
+    CHECK_ST(check_shapes(ctx, Q, cache, out));
+    CHECK_ST(check_overlaps(ctx, Q, cache, out));
+    CHECK_ST(check_opts(ctx, opts, Q, cache, &m, &lse));
+    if (lse) { /* the lse is an output beside out */
+        const clattn_arg o[1] = {{lse, "opts.lse"}}, others[1] = {{out, "out"}};
+        CHECK_ST(clattn__check_no_overlap(ctx, o, 1, others, 1));
+    }
+    float scale = opts && opts->scale != 0.0f ? opts->scale
+                                              : (float)(1.0 / sqrt((double)Q->dims[3]));
+    CHECK(ctx, isfinite(scale), CLATTN_ERROR_INVALID_ARGUMENT, "opts.scale: not finite");
+    int A = cache->k_new ? (int)Q->dims[2] : 0;
+    if (ctx->sync)
+        CHECK_ST(clattn__check_device_lens(ctx, cache->lens, "cache.lens",
+                                           (int)cache->k_cache->dims[2] - A));
+    CHECK_ST(clattn__tune(ctx, "decode", &t));
+    CHECK_ST(make_plan(ctx, &t, Q, cache, &m, scale, &p));
+    size_t rows = (size_t)p.B * p.Hq * p.Qn;
+    CHECK_ST(clattn__scratch(ctx, CLATTN_SCRATCH_ATTN,
+                             rows * p.nsplit * (size_t)(p.dv + 2) * 4, &part));
+    if (cache->k_new)
+        CHECK_ST(enqueue_append(ctx, cache, &p));
+    CHECK_ST(enqueue_splits(ctx, &t, Q, cache, &p, part));
+    CHECK_ST(enqueue_merge(ctx, cache, &p, part, out, lse));
+    if (cache->advance)
+        CHECK_ST(enqueue_advance(ctx, cache, &p));
+fail:
+    clattn__mask_release(&m);
+    return st;
+}

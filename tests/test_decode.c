@@ -1,0 +1,307 @@
+/* clattn_decode_attention against the double reference of dot-product attention over each
+ * sequence's cached keys (bottom-right masks), and the cache and lengths it updates. */
+#include "harness.h"
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* as test_attention.c's: 1e-4 of sum_k w_k |v_k| */
+#define OUT_TOL 1e-4
+#define MAX_B 4
+
+typedef struct {
+    int B, Hq, Hkv, Qn, Kmax, d, dv;
+    int lens[MAX_B]; /* -2: random in [0, Kmax - Qn]; other values as given (clamped) */
+    int append, advance;
+    int causal, window, left, right;
+    float fill;
+    double qscale;
+    int nan_v; /* > 0: value row L_b - nan_v of every sequence is NaN (a key inside the prefix) */
+    int negative; /* every score negative: Q in [-qscale, 0], K in [0, 1] */
+} dec_case;
+
+static int clamp_len(int v, int hi)
+{
+    return v < 0 ? 0 : v > hi ? hi : v;
+}
+
+/* The reference for sequence b: attention of its Hq x Qn rows over its L keys, the cache's first
+ * L rows of each K/V head repeated per query head (ref_attention's layout), masks bottom-right. */
+static void reference(const dec_case *c, int b, int L, const float *q, const float *kc,
+                      const float *vc, double *ro, double *rl, double *sc, double *mag)
+{
+    int G = c->Hq / c->Hkv, Qn = c->Qn;
+    size_t nr = (size_t)c->Hq * Qn;
+    if (L == 0) { /* no keys: zeros, LSE -inf */
+        for (size_t i = 0; i < nr * c->dv; i++) {
+            ro[i] = 0;
+            sc[i] = 1;
+        }
+        for (size_t i = 0; i < nr; i++) {
+            rl[i] = -INFINITY;
+            mag[i] = 0;
+        }
+        return;
+    }
+    double *qd = malloc(nr * c->d * 8), *kd = malloc((size_t)c->Hq * L * c->d * 8);
+    double *vd = malloc((size_t)c->Hq * L * c->dv * 8), *w = malloc(nr * L * 8);
+    for (size_t i = 0; i < nr * c->d; i++)
+        qd[i] = q[(size_t)b * nr * c->d + i];
+    for (int h = 0; h < c->Hq; h++) {
+        size_t bh = (size_t)b * c->Hkv + h / G;
+        for (int j = 0; j < L; j++) {
+            for (int e = 0; e < c->d; e++)
+                kd[((size_t)h * L + j) * c->d + e] = kc[(bh * c->Kmax + j) * c->d + e];
+            for (int e = 0; e < c->dv; e++)
+                vd[((size_t)h * L + j) * c->dv + e] = vc[(bh * c->Kmax + j) * c->dv + e];
+        }
+    }
+    ref_mask m = {1, c->Hq, Qn, L, NULL, 0, NULL, {0, 0, 0, 0}, c->causal,
+                  c->fill != 0 ? c->fill : CLATTN_DEFAULT_FILL, 1, c->window, c->left, c->right};
+    double scale = 1.0 / sqrt((double)c->d);
+    ref_attention(&m, c->d, c->dv, qd, kd, vd, scale, NULL, w, ro);
+    ref_attention_lse(&m, c->d, qd, kd, scale, rl, mag);
+    ref_attention_scale((size_t)c->Hq, Qn, L, c->dv, w, vd, ro, sc);
+    free(qd); free(kd); free(vd); free(w);
+}
+
+static void run(const dec_case *c)
+{
+    int B = c->B, Hq = c->Hq, Hkv = c->Hkv, Qn = c->Qn, Kmax = c->Kmax, A = c->append ? Qn : 0;
+    size_t nq = (size_t)B * Hq * Qn, nkc = (size_t)B * Hkv * Kmax, nkn = (size_t)B * Hkv * Qn;
+    if (h_small() && nkc * (c->d + c->dv) * (size_t)Hq / Hkv > 400000)
+        return; /* the biggest cases are skipped under Oclgrind (CLATTN_TEST_SMALL) */
+    float *q = malloc(nq * c->d * 4), *kc = malloc(nkc * c->d * 4), *vc = malloc(nkc * c->dv * 4);
+    float *kn = malloc(nkn * c->d * 4), *vn = malloc(nkn * c->dv * 4);
+    int lens[MAX_B], L[MAX_B];
+    double qs = c->qscale > 0 ? c->qscale : 1;
+    h_fill(q, nq * c->d, -qs, c->negative ? 0 : qs);
+    h_fill(kc, nkc * c->d, c->negative ? 0 : -1, 1);
+    h_fill(vc, nkc * c->dv, -1, 1);
+    h_fill(kn, nkn * c->d, c->negative ? 0 : -1, 1);
+    h_fill(vn, nkn * c->dv, -1, 1);
+    for (int b = 0; b < B; b++) {
+        lens[b] = c->lens[b] == -2 ? h_randint(0, Kmax - Qn) : c->lens[b];
+        L[b] = clamp_len(lens[b], Kmax - A) + A;
+        /* rows past the keys (and those the append overwrites) are NaN: never read */
+        for (int h = 0; h < Hkv; h++)
+            for (int j = L[b] - A; j < Kmax; j++) {
+                size_t r = ((size_t)b * Hkv + h) * Kmax + j;
+                for (int e = 0; e < c->d; e++)
+                    kc[r * c->d + e] = NAN;
+                for (int e = 0; e < c->dv; e++)
+                    vc[r * c->dv + e] = NAN;
+            }
+    }
+    size_t qd[4] = {B, Hq, Qn, c->d}, od[4] = {B, Hq, Qn, c->dv};
+    size_t kd[4] = {B, Hkv, Kmax, c->d}, vd[4] = {B, Hkv, Kmax, c->dv};
+    size_t knd[4] = {B, Hkv, Qn, c->d}, vnd[4] = {B, Hkv, Qn, c->dv};
+    clattn_tensor tq = h_tensor(CLATTN_FLOAT32, 4, qd, q), tkc = h_tensor(CLATTN_FLOAT32, 4, kd, kc);
+    clattn_tensor tvc = h_tensor(CLATTN_FLOAT32, 4, vd, vc);
+    clattn_tensor tkn = h_tensor(CLATTN_FLOAT32, 4, knd, kn), tvn = h_tensor(CLATTN_FLOAT32, 4, vnd, vn);
+    clattn_tensor tl = h_tensor(CLATTN_INT32, 1, H_DIMS(B), lens);
+    clattn_tensor to = h_tensor(CLATTN_FLOAT32, 4, od, NULL), tlse = h_tensor(CLATTN_FLOAT32, 3, od, NULL);
+    h_poison(&to);
+    h_poison(&tlse);
+    /* what the caches hold after the append */
+    for (int b = 0; c->append && b < B; b++)
+        for (int h = 0; h < Hkv; h++)
+            for (int i = 0; i < Qn; i++) {
+                size_t dst = ((size_t)b * Hkv + h) * Kmax + L[b] - Qn + i;
+                size_t src = ((size_t)b * Hkv + h) * Qn + i;
+                memcpy(kc + dst * c->d, kn + src * c->d, c->d * 4);
+                memcpy(vc + dst * c->dv, vn + src * c->dv, c->dv * 4);
+            }
+    for (int b = 0; c->nan_v && b < B; b++)
+        for (int h = 0; L[b] >= c->nan_v && h < Hkv; h++) {
+            size_t r = ((size_t)b * Hkv + h) * Kmax + L[b] - c->nan_v;
+            float *dst = c->append && L[b] - c->nan_v >= L[b] - Qn
+                             ? vn + (((size_t)b * Hkv + h) * Qn + (L[b] - c->nan_v - (L[b] - Qn))) * c->dv
+                             : NULL;
+            for (int e = 0; e < c->dv; e++) {
+                vc[r * c->dv + e] = NAN;
+                if (dst)
+                    dst[e] = NAN;
+            }
+        }
+    /* the NaN rows go to the device too: through v_new, or the cache itself */
+    assert_int_equal(clattn_tensor_write_blocking(h_ctx, &tvn, vn), CLATTN_SUCCESS);
+    if (!c->append)
+        assert_int_equal(clattn_tensor_write_blocking(h_ctx, &tvc, vc), CLATTN_SUCCESS);
+    else { /* keep the rows past the prefix NaN on the device */
+        float *dev = h_read(&tvc);
+        for (int b = 0; b < B; b++)
+            for (int h = 0; h < Hkv; h++)
+                for (int j = 0; j < L[b] - Qn; j++) {
+                    size_t r = ((size_t)b * Hkv + h) * Kmax + j;
+                    memcpy(dev + r * c->dv, vc + r * c->dv, c->dv * 4);
+                }
+        assert_int_equal(clattn_tensor_write_blocking(h_ctx, &tvc, dev), CLATTN_SUCCESS);
+        free(dev);
+    }
+    clattn_kv_cache cache = {&tkc, &tvc, &tl, c->append ? &tkn : NULL, c->append ? &tvn : NULL,
+                             c->advance};
+    clattn_attention_opts opts;
+    memset(&opts, 0, sizeof opts);
+    opts.mask.causal = c->causal;
+    opts.mask.window = c->window;
+    opts.mask.window_left = c->left;
+    opts.mask.window_right = c->right;
+    opts.mask.fill = c->fill;
+    opts.mask.align = CLATTN_ALIGN_BOTTOM_RIGHT;
+    opts.lse = &tlse;
+    if (clattn_decode_attention(h_ctx, &tq, &cache, &opts, &to) != CLATTN_SUCCESS)
+        fail_msg("decode_attention: %s", clattn_last_error(h_ctx));
+    char what[200];
+    size_t per = (size_t)Hq * Qn;
+    float *go = h_read(&to), *gl = h_read(&tlse);
+    double *ro = malloc(per * c->dv * 8), *rl = malloc(per * 8), *sc = malloc(per * c->dv * 8);
+    double *mag = malloc(per * 8);
+    for (int b = 0; b < B; b++) {
+        reference(c, b, L[b], q, kc, vc, ro, rl, sc, mag);
+        snprintf(what, sizeof what, "decode B=%d Hq=%d Hkv=%d Qn=%d Kmax=%d d=%d dv=%d: sequence "
+                 "%d, lens %d (L %d), append %d causal %d window %d (%d, %d) fill %g nan_v %d", B,
+                 Hq, Hkv, Qn, Kmax, c->d, c->dv, b, lens[b], L[b], c->append, c->causal,
+                 c->window, c->left, c->right, c->fill, c->nan_v);
+        h_assert_scaled(go + b * per * c->dv, ro, sc, per * c->dv, OUT_TOL, what);
+        strncat(what, " (lse)", sizeof what - strlen(what) - 1);
+        h_assert_lse(gl + b * per, rl, mag, per, what);
+    }
+    /* the caches: the new rows at each sequence's length, every other row as it was */
+    float *gk = h_read(&tkc);
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < Hkv; h++)
+            for (int j = 0; j < L[b]; j++) {
+                size_t r = (((size_t)b * Hkv + h) * Kmax + j) * c->d;
+                if (memcmp(gk + r, kc + r, c->d * 4) != 0)
+                    fail_msg("k_cache: sequence %d head %d row %d differs", b, h, j);
+            }
+    int *gl2 = h_read(&tl);
+    for (int b = 0; b < B; b++) {
+        int want = c->advance ? L[b] : lens[b];
+        if (gl2[b] != want)
+            fail_msg("lens[%d] = %d after the call, expected %d", b, gl2[b], want);
+    }
+    free(gk); free(gl2); free(go); free(gl); free(ro); free(rl); free(sc); free(mag);
+    clattn_tensor *ts[] = {&tq, &tkc, &tvc, &tkn, &tvn, &tl, &to, &tlse};
+    for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
+        clattn_tensor_release(ts[i]);
+    free(q); free(kc); free(vc); free(kn); free(vn);
+}
+
+#define CASES(...)                                                 \
+    do {                                                           \
+        const dec_case cs_[] = {__VA_ARGS__};                      \
+        for (size_t i_ = 0; i_ < sizeof cs_ / sizeof cs_[0]; i_++) \
+            run(&cs_[i_]);                                         \
+    } while (0)
+
+/* One new row: multi-query, grouped and plain heads; empty, full and split-boundary lengths
+ * (splits of 256 keys, or 32/48 in the forced variants), head sizes 1, primes, 16 +- 1, 128. */
+static void test_single_row(void **s)
+{
+    (void)s;
+    CASES({1, 4, 1, 1, 100, 16, 16, {37}}, {3, 8, 2, 1, 300, 64, 48, {0, 300, 257}},
+          {2, 2, 2, 1, 97, 1, 1, {1, 96}}, {2, 3, 3, 1, 49, 15, 17, {48, 16}},
+          {4, 8, 8, 1, 65, 13, 7, {-2, -2, -2, -2}}, {1, 32, 8, 1, 1000, 128, 128, {999}},
+          {2, 6, 2, 1, 513, 24, 40, {512, 511}});
+}
+
+/* Several new rows, appended to the caches, bottom-right causal among them, lengths advanced. */
+static void test_append_causal(void **s)
+{
+    (void)s;
+    CASES({2, 2, 2, 5, 64, 8, 24, {10, 59}, 1, 1, 1},
+          {2, 6, 3, 3, 40, 5, 7, {0, 30}, 1, 0, 1},
+          {1, 4, 2, 16, 300, 32, 16, {270}, 1, 1, 1},
+          {2, 4, 1, 64, 200, 16, 16, {0, 136}, 1, 1, 1},
+          {3, 2, 1, 7, 90, 9, 9, {-2, -2, -2}, 1, 1, 0},
+          /* no append: new rows at the prefix's end, rows before the first key see none */
+          {2, 6, 3, 3, 40, 5, 7, {2, 30}, 0, 0, 1, .fill = -INFINITY},
+          {2, 6, 3, 3, 40, 5, 7, {2, 30}, 0, 0, 1});
+}
+
+/* Sliding windows (bottom-right), fills, large logits, NaN values inside the prefix (a blocked
+ * one still makes its rows NaN, 0 * NaN), lengths outside [0, Kmax - Qn] (clamped). */
+static void test_masks_and_values(void **s)
+{
+    (void)s;
+    CASES({1, 4, 2, 2, 600, 32, 32, {500}, 1, 0, 1, 1, 100, 0},
+          {2, 4, 2, 3, 300, 16, 8, {290, 40}, 1, 0, 0, 1, 20, 5, .fill = -1.0f},
+          {2, 4, 2, 3, 300, 16, 8, {290, 40}, 1, 0, 0, 1, 20, -1, .fill = -INFINITY},
+          {2, 8, 2, 1, 400, 64, 64, {399, 200}, .qscale = 100},
+          {2, 4, 1, 3, 50, 8, 8, {20, 49}, 1, 0, 1, .nan_v = 1},
+          {2, 4, 1, 1, 50, 8, 8, {20, 49}, .nan_v = 7},
+          {2, 2, 1, 2, 50, 8, 8, {-5, 1000}, 1, 1, 1});
+}
+
+/* Rows whose scores are all far below 0 (about -400, past exp's range from 0) beside splits that
+ * saw no weighed key: empty ones past the sequence's end, and with fill -inf ones below the
+ * window. Their zero states must not set the merge's maximum. */
+static void test_negative_scores(void **s)
+{
+    (void)s;
+    CASES({1, 4, 2, 1, 600, 16, 16, {100}, .qscale = 400, .negative = 1},
+          {1, 4, 2, 1, 600, 16, 16, {300}, 0, 0, 0, 1, 10, -1, -INFINITY, 400, .negative = 1},
+          {2, 4, 2, 2, 600, 16, 16, {300, 599}, 0, 0, 1, 1, 10, -1, -1e6f, 400, .negative = 1});
+}
+
+/* A long cache: many splits to merge. */
+static void test_long(void **s)
+{
+    (void)s;
+    CASES({2, 8, 2, 1, 4097, 128, 128, {4097, 3001}}, {1, 4, 4, 2, 5000, 64, 32, {4900}, 1, 1, 1});
+}
+
+/* With CLATTN_SYNC (params.sync) lengths outside [0, Kmax - Qn] are read back and refused,
+ * nothing is enqueued and the output stays as it was; without it they are clamped (above). */
+static void test_sync_rejects_lens(void **s)
+{
+    (void)s;
+    clattn_params p;
+    memset(&p, 0, sizeof p);
+    p.sync = 1;
+    clattn_context *ctx = NULL;
+    if (clattn_context_wrap(&ctx, clattn_context_cl(h_ctx), clattn_context_device(h_ctx),
+                            clattn_context_queue(h_ctx), &p) != CLATTN_SUCCESS)
+        fail_msg("%s", clattn_last_error(NULL));
+    float q[2 * 8], k[2 * 10 * 8], o[2 * 8], before[2 * 8];
+    int lens[2] = {3, 10}; /* 10 > Kmax - Qn = 9 with an append */
+    h_fill(q, 16, -1, 1);
+    h_fill(k, 160, -1, 1);
+    h_fill(o, 16, 5, 6);
+    clattn_tensor tq = h_tensor(CLATTN_FLOAT32, 4, H_DIMS(2, 1, 1, 8), q);
+    clattn_tensor tk = h_tensor(CLATTN_FLOAT32, 4, H_DIMS(2, 1, 10, 8), k);
+    clattn_tensor tv = h_tensor(CLATTN_FLOAT32, 4, H_DIMS(2, 1, 10, 8), k);
+    clattn_tensor tkn = h_tensor(CLATTN_FLOAT32, 4, H_DIMS(2, 1, 1, 8), q);
+    clattn_tensor tvn = h_tensor(CLATTN_FLOAT32, 4, H_DIMS(2, 1, 1, 8), q);
+    clattn_tensor tl = h_tensor(CLATTN_INT32, 1, H_DIMS(2), lens);
+    clattn_tensor to = h_tensor(CLATTN_FLOAT32, 4, H_DIMS(2, 1, 1, 8), o);
+    clattn_kv_cache c = {&tk, &tv, &tl, &tkn, &tvn, 1};
+    clattn_status st = clattn_decode_attention(ctx, &tq, &c, NULL, &to);
+    if (st != CLATTN_ERROR_INVALID_ARGUMENT || !strstr(clattn_last_error(ctx), "cache.lens[1] = 10"))
+        fail_msg("status %d: %s", st, clattn_last_error(ctx));
+    assert_int_equal(clattn_tensor_read_blocking(ctx, &to, before), CLATTN_SUCCESS);
+    assert_memory_equal(before, o, sizeof o);
+    int *gl = h_read(&tl);
+    assert_memory_equal(gl, lens, sizeof lens); /* not advanced */
+    free(gl);
+    clattn_tensor *ts[] = {&tq, &tk, &tv, &tkn, &tvn, &tl, &to};
+    for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
+        clattn_tensor_release(ts[i]);
+    clattn_context_destroy(&ctx);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_single_row),
+        cmocka_unit_test(test_append_causal),
+        cmocka_unit_test(test_masks_and_values),
+        cmocka_unit_test(test_negative_scores),
+        cmocka_unit_test(test_long),
+        cmocka_unit_test(test_sync_rejects_lens),
+    };
+    return cmocka_run_group_tests(tests, h_setup, h_teardown);
+}
