@@ -16,7 +16,8 @@
  * budget) and writes each row's partial state at
  * part + (row * nsplit + s) * (dv + 2): acc (dv floats) = sum_k exp(x_k - mz) v_k, then mz (the
  * running maximum, 0 while every score is -inf, so exp never sees -inf - -inf) and l = sum_k
- * exp(x_k - mz). decode_merge combines the splits. */
+ * exp(x_k - mz). decode_merge combines the splits. decode_cpu leaves one float per work-item after
+ * the states (see its end). */
 #include "common.cl"
 
 #ifndef RQ
@@ -125,7 +126,7 @@ __kernel void decode_cpu(DECODE_PARAMS)
     __global const float *kb = K + k_off + (size_t)bh * Kmax * d;
     __global const float *vb = V + v_off + (size_t)bh * Kmax * dv;
     float16 qv[RQ][DP / 16], acc[RQ][DVP / 16];
-    float m[RQ], l[RQ];
+    float m[RQ], l[RQ], sink = 0.0f;
     int lo[RQ], hi[RQ];
     #pragma unroll
     for (int r = 0; r < RQ; r++) {
@@ -143,21 +144,37 @@ __kernel void decode_cpu(DECODE_PARAMS)
         for (int c = 0; c < DVP / 16; c++)
             acc[r][c] = (float16)(0.0f);
     }
+    int nd = d / 16, ndv = dv / 16; /* whole 16-float chunks of a row; then one partial one */
     for (int k0 = k_lo; k0 < k_hi; k0 += 16) {
         int nk = min(16, k_hi - k0);
         float st[RQ][16], corr[RQ];
         for (int j = 0; j < nk; j++) {
             __global const float *kr = kb + (size_t)(k0 + j) * d;
+            /* touch: one float per 64-byte line of this key's V row and of the K row 16 keys on,
+             * so that they are on their way from memory well before use (PoCL's prefetch() is
+             * empty, and the hardware's did not keep up: 9 GB/s without, 15 with, EPYC) */
+            __global const float *vt = vb + (size_t)(k0 + j) * dv;
+            for (int c = 0; c < dv; c += 16)
+                sink += vt[c];
+            if (k0 + 16 + j < k_hi)
+                for (int c = 0; c < d; c += 16)
+                    sink += kr[16 * d + c];
             float16 a[RQ];
             #pragma unroll
             for (int r = 0; r < RQ; r++)
                 a[r] = (float16)(0.0f);
-            #pragma unroll
-            for (int c = 0; c < DP / 16; c++) {
-                float16 kv = 16 * c + 16 <= d ? ROW16(kr, c) : load16(kr + 16 * c, d - 16 * c);
+            #pragma unroll 1
+            for (int c = 0; c < nd; c++) {
+                float16 kv = ROW16(kr, c);
                 #pragma unroll
                 for (int r = 0; r < RQ; r++)
                     a[r] = fma(qv[r][c], kv, a[r]);
+            }
+            if (16 * nd < d) {
+                float16 kv = load16(kr + 16 * nd, d - 16 * nd);
+                #pragma unroll
+                for (int r = 0; r < RQ; r++)
+                    a[r] = fma(qv[r][nd], kv, a[r]);
             }
             #pragma unroll
             for (int r = 0; r < RQ; r++)
@@ -178,17 +195,16 @@ __kernel void decode_cpu(DECODE_PARAMS)
             m[r] = mn;
             vstore16(x, 0, st[r]);
         }
-        #pragma unroll
-        for (int c = 0; c < DVP / 16; c++) {
-            if (16 * c >= dv)
-                break;
+        /* P V one 16-column chunk at a time over the block's keys, RQ accumulators */
+        #pragma unroll 1
+        for (int c = 0; c < (dv + 15) / 16; c++) {
             float16 a[RQ];
             #pragma unroll
             for (int r = 0; r < RQ; r++)
                 a[r] = acc[r][c] * (float16)(corr[r]);
-            if (nk == 16 && 16 * c + 16 <= dv) { /* a whole block: unrolled */
-                #pragma unroll
-                for (int j = 0; j < 16; j++) {
+            if (c < ndv) {
+                #pragma unroll 1
+                for (int j = 0; j < nk; j++) {
                     float16 vv = ROW16(vb + (size_t)(k0 + j) * dv, c);
                     #pragma unroll
                     for (int r = 0; r < RQ; r++)
@@ -196,8 +212,7 @@ __kernel void decode_cpu(DECODE_PARAMS)
                 }
             } else {
                 for (int j = 0; j < nk; j++) {
-                    __global const float *vr = vb + (size_t)(k0 + j) * dv;
-                    float16 vv = 16 * c + 16 <= dv ? ROW16(vr, c) : load16(vr + 16 * c, dv - 16 * c);
+                    float16 vv = load16(vb + (size_t)(k0 + j) * dv + 16 * c, dv - 16 * c);
                     #pragma unroll
                     for (int r = 0; r < RQ; r++)
                         a[r] = fma((float16)(st[r][j]), vv, a[r]);
@@ -214,6 +229,10 @@ __kernel void decode_cpu(DECODE_PARAMS)
             p[c] = ((const float *)acc[r])[c];
         store_state(part, base + r, nsplit, s, dv, m[r], l[r]);
     }
+    /* the touched values' sum goes to the item's own float after every row's states (read by
+     * nobody: it only keeps the loads) */
+    size_t states = (size_t)get_global_size(2) * R * nsplit * (dv + 2);
+    part[states + ((size_t)bh * get_global_size(1) + rg) * get_global_size(0) + s] = sink;
 }
 
 /* GPU shape: a work-group of WG items per (split, RQ rows, K/V head) walks the split's keys WG

@@ -81,6 +81,8 @@ static void query_device(clattn_context *c)
     clGetDeviceInfo(c->device, CL_DEVICE_MEM_BASE_ADDR_ALIGN, sizeof c->base_align,
                     &c->base_align, NULL);
     c->base_align /= 8; /* bits */
+    clGetDeviceInfo(c->device, CL_DEVICE_MAX_COMPUTE_UNITS, sizeof c->compute_units,
+                    &c->compute_units, NULL);
     c->max_alloc = (size_t)alloc;
     c->local_mem = (size_t)local;
     const char *t = (c->type & CL_DEVICE_TYPE_GPU) ? "GPU"

@@ -152,6 +152,7 @@ long clattn__decode_gpu_min_loops(const clattn_tuning *t)
 typedef struct {
     int B, Hq, Hkv, G, Qn, Kmax, A, d, dv, nsplit, SK, RQ, WG, gpu;
     int align16; /* every cache row starts on 16 floats (the buffers' base is aligned further) */
+    size_t part_floats; /* the scratch the splits write */
     float scale;
     cl_int2 win;
     float fill;
@@ -236,10 +237,22 @@ static clattn_status make_plan(clattn_context *ctx, clattn_tuning *t, const clat
                                     "%d, %d)", p->WG, p->RQ, p->d, p->dv));
         p->SK = (int)tiles * p->WG < p->SK ? (int)tiles * p->WG : p->SK;
     }
-    p->nsplit = (int)clattn__div_up((size_t)p->Kmax, (size_t)p->SK); /* L <= Kmax */
+    /* splits of at most SK keys (L <= Kmax), and more of them when the sequences and heads are
+     * too few for 4 work-items (groups) per compute unit, down to 64 keys each */
+    size_t groups = clattn__div_up((size_t)p->G * p->Qn, (size_t)p->RQ) * (size_t)p->B * p->Hkv;
+    size_t want = clattn__div_up(4 * (size_t)(ctx->compute_units ? ctx->compute_units : 1), groups);
+    size_t nsplit = clattn__div_up((size_t)p->Kmax, (size_t)p->SK);
+    size_t most = clattn__div_up((size_t)p->Kmax, 64);
+    if (nsplit < want)
+        nsplit = want < most ? want : most > nsplit ? most : nsplit;
+    p->SK = (int)clattn__round_up(clattn__div_up((size_t)p->Kmax, nsplit), 16);
+    p->nsplit = (int)clattn__div_up((size_t)p->Kmax, (size_t)p->SK);
     size_t rows = (size_t)p->B * p->Hq * p->Qn, part = rows * p->nsplit * (size_t)(p->dv + 2);
-    CHECK(ctx, part <= (size_t)INT32_MAX, CLATTN_ERROR_UNSUPPORTED,
-          "decode: %zu elements of partial results exceed 32-bit indexing", part);
+    size_t items = (size_t)p->nsplit * clattn__div_up((size_t)p->G * p->Qn, (size_t)p->RQ) *
+                   (size_t)p->B * p->Hkv; /* decode_cpu's one float each after the states */
+    p->part_floats = part + (p->gpu ? 0 : items);
+    CHECK(ctx, p->part_floats <= (size_t)INT32_MAX, CLATTN_ERROR_UNSUPPORTED,
+          "decode: %zu elements of partial results exceed 32-bit indexing", p->part_floats);
 fail:
     return st;
 }
@@ -356,9 +369,7 @@ clattn_status clattn_decode_attention(clattn_context *ctx, const clattn_tensor *
                                            (int)cache->k_cache->dims[2] - A));
     CHECK_ST(clattn__tune(ctx, "decode", &t));
     CHECK_ST(make_plan(ctx, &t, Q, cache, &m, scale, &p));
-    size_t rows = (size_t)p.B * p.Hq * p.Qn;
-    CHECK_ST(clattn__scratch(ctx, CLATTN_SCRATCH_ATTN,
-                             rows * p.nsplit * (size_t)(p.dv + 2) * 4, &part));
+    CHECK_ST(clattn__scratch(ctx, CLATTN_SCRATCH_ATTN, p.part_floats * 4, &part));
     if (cache->k_new)
         CHECK_ST(enqueue_append(ctx, cache, &p));
     CHECK_ST(enqueue_splits(ctx, &t, Q, cache, &p, part));
