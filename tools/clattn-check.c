@@ -1,8 +1,8 @@
 /* clattn-check: what to run on a new machine to see whether clattn works there and how fast. On
  * every OpenCL device present (or the one --device names), under each kernel variant set (the
  * tuning table's choice, the CPU shapes, the GPU shapes, small GPU tiles with small loop budgets,
- * the unfused attention path), it checks matmul, masked softmax and dot-product attention (fused
- * and unfused) against the double-precision references of the test suite (tests/ref.c) on awkward
+ * the unfused attention path), it checks matmul, masked softmax, dot-product attention (fused
+ * and unfused) and KV-cache decoding against the double-precision references of the test suite (tests/ref.c) on awkward
  * shapes with lengths 0 and K, causal masks and -inf fills, then times a short GEMM and fused
  * attention; one summary table at the end. A variant set the device refuses (the CPU shapes on
  * Mesa's llvmpipe) is reported as refused, not failed. Exit status 0 when every check that ran
@@ -25,10 +25,10 @@ static const struct {
     const char *name, *tuning;
 } variant_sets[] = {
     {"table", ""},
-    {"cpu", "matmul=cpu,softmax=cpu,attention=cpu"},
-    {"gpu", "matmul=gpu,softmax=gpu,attention=gpu"},
+    {"cpu", "matmul=cpu,softmax=cpu,attention=cpu,decode=cpu"},
+    {"gpu", "matmul=gpu,softmax=gpu,attention=gpu,decode=gpu"},
     {"gpu-small", "matmul=gpu:TSM=16:TSN=8:TSK=4:WPTM=2:WPTN=2:LOOPS=600,softmax=gpu:WG=32,"
-                  "attention=gpu:BQ=16:BK=8:LOOPS=10000"},
+                  "attention=gpu:BQ=16:BK=8:LOOPS=10000,decode=gpu:WG=8:RQ=3:SK=48:LOOPS=3000"},
     {"unfused", "attention=unfused"},
 };
 #define NSETS (sizeof variant_sets / sizeof variant_sets[0])
@@ -40,8 +40,9 @@ static const struct {
 #define SM_ATOL 1e-9
 #define OUT_TOL 1e-4
 
-enum { MATMUL, SOFTMAX, FUSED, UNFUSED, NCHECKS };
-static const char *const check_names[NCHECKS] = {"matmul", "softmax", "fused attn", "unfused attn"};
+enum { MATMUL, SOFTMAX, FUSED, UNFUSED, DECODE, NCHECKS };
+static const char *const check_names[NCHECKS] = {"matmul", "softmax", "fused attn", "unfused attn",
+                                                 "decode"};
 
 typedef struct {
     char device[160], set[16], refused[200];
@@ -269,6 +270,76 @@ static void check_attention(clattn_context *ctx, result *r, int with_weights)
     free(qd); free(kd); free(vd);
 }
 
+/* KV-cache decoding: 2 sequences (lengths 37 and 98 before an append of 2 rows), 4 query heads
+ * over 2 K/V heads, causal among the new rows, against dot-product attention's reference over
+ * each sequence's keys (bottom-right). The cache rows past each prefix are NaN: never read. */
+static void check_decode(clattn_context *ctx, result *r)
+{
+    enum { B = 2, HQ = 4, HKV = 2, QN = 2, KMAX = 100, D = 24, DV = 40 };
+    size_t qn = B * HQ * QN * D, kc = B * HKV * KMAX, on = B * HQ * QN * DV;
+    float *q = xmalloc(qn * 4), *k = xmalloc(kc * D * 4), *v = xmalloc(kc * DV * 4);
+    float *kn = xmalloc(B * HKV * QN * D * 4), *vn = xmalloc(B * HKV * QN * DV * 4);
+    float *got = xmalloc(on * 4);
+    int lens[B] = {37, 98}, bad = 0;
+    fill(q, qn, -2, 2);
+    fill(kn, B * HKV * QN * D, -1, 1);
+    fill(vn, B * HKV * QN * DV, -1, 1);
+    for (size_t i = 0; i < kc * D; i++)
+        k[i] = (i / D) % KMAX < (size_t)lens[i / D / KMAX / HKV] ? (float)uniform(-1, 1) : NAN;
+    for (size_t i = 0; i < kc * DV; i++)
+        v[i] = (i / DV) % KMAX < (size_t)lens[i / DV / KMAX / HKV] ? (float)uniform(-1, 1) : NAN;
+    size_t qd[4] = {B, HQ, QN, D}, kd[4] = {B, HKV, KMAX, D}, vd[4] = {B, HKV, KMAX, DV};
+    size_t knd[4] = {B, HKV, QN, D}, vnd[4] = {B, HKV, QN, DV}, od[4] = {B, HQ, QN, DV};
+    size_t ld[1] = {B};
+    clattn_tensor tq = tensor(ctx, CLATTN_FLOAT32, 4, qd, q, &bad);
+    clattn_tensor tk = tensor(ctx, CLATTN_FLOAT32, 4, kd, k, &bad);
+    clattn_tensor tv = tensor(ctx, CLATTN_FLOAT32, 4, vd, v, &bad);
+    clattn_tensor tkn = tensor(ctx, CLATTN_FLOAT32, 4, knd, kn, &bad);
+    clattn_tensor tvn = tensor(ctx, CLATTN_FLOAT32, 4, vnd, vn, &bad);
+    clattn_tensor tl = tensor(ctx, CLATTN_INT32, 1, ld, lens, &bad);
+    clattn_tensor to = tensor(ctx, CLATTN_FLOAT32, 4, od, NULL, &bad);
+    clattn_kv_cache cache = {&tk, &tv, &tl, &tkn, &tvn, 0};
+    clattn_attention_opts opts;
+    memset(&opts, 0, sizeof opts);
+    opts.mask.causal = 1;
+    opts.mask.align = CLATTN_ALIGN_BOTTOM_RIGHT;
+    int failed = bad || clattn_decode_attention(ctx, &tq, &cache, &opts, &to) != CLATTN_SUCCESS ||
+                 clattn_tensor_read_blocking(ctx, &to, got) != CLATTN_SUCCESS;
+    clattn_tensor *ts[] = {&tq, &tk, &tv, &tkn, &tvn, &tl, &to};
+    for (int i = 0; i < 7; i++)
+        clattn_tensor_release(ts[i]);
+    if (failed)
+        op_failed(r, DECODE, ctx, "decode_attention");
+    for (int b = 0; !failed && b < B; b++) {
+        int L = lens[b] + QN, G = HQ / HKV;
+        double *qd2 = xmalloc(HQ * QN * D * 8), *kd2 = xmalloc(HQ * L * D * 8);
+        double *vd2 = xmalloc(HQ * L * DV * 8), *w = xmalloc(HQ * QN * L * 8);
+        double *ref = xmalloc(HQ * QN * DV * 8), *scale = xmalloc(HQ * QN * DV * 8);
+        for (int i = 0; i < HQ * QN * D; i++)
+            qd2[i] = q[b * HQ * QN * D + i];
+        for (int h = 0; h < HQ; h++)
+            for (int j = 0; j < L; j++) {
+                int hk = b * HKV + h / G, nj = j - lens[b]; /* nj >= 0: an appended row */
+                for (int e = 0; e < D; e++)
+                    kd2[(h * L + j) * D + e] = nj < 0 ? k[(hk * KMAX + j) * D + e]
+                                                      : kn[(hk * QN + nj) * D + e];
+                for (int e = 0; e < DV; e++)
+                    vd2[(h * L + j) * DV + e] = nj < 0 ? v[(hk * KMAX + j) * DV + e]
+                                                       : vn[(hk * QN + nj) * DV + e];
+            }
+        ref_mask rm = {1, HQ, QN, L, NULL, 0, NULL, {0, 0, 0, 0}, 1, CLATTN_DEFAULT_FILL, 1,
+                       0, 0, 0};
+        ref_attention(&rm, D, DV, qd2, kd2, vd2, 1.0 / sqrt((double)D), NULL, w, ref);
+        ref_attention_scale(HQ, QN, L, DV, w, vd2, ref, scale);
+        r->err[DECODE] = fmax(r->err[DECODE],
+                              scaled_error(got + b * HQ * QN * DV, ref, scale, HQ * QN * DV));
+        free(qd2); free(kd2); free(vd2); free(w); free(ref); free(scale);
+    }
+    if (r->err[DECODE] >= 0)
+        r->ok[DECODE] = r->err[DECODE] <= OUT_TOL;
+    free(q); free(k); free(v); free(kn); free(vn); free(got);
+}
+
 static double now(void)
 {
     struct timespec t;
@@ -360,6 +431,7 @@ static int check_one(const char *spec, const char *device, size_t set, int quick
     check_softmax(ctx, r);
     check_attention(ctx, r, 0);
     check_attention(ctx, r, 1);
+    check_decode(ctx, r);
     if (!quick)
         bench(ctx, r);
     clattn_context_destroy(&ctx);
