@@ -240,6 +240,10 @@ typedef struct {
      * A row whose every key is blocked gets fill + log(K) with a finite fill, -INFINITY with
      * -INFINITY. It takes the fused path as well as the weights do not. */
     const clattn_tensor *lse;
+    /* Input or NULL: a float32 bias broadcastable (numpy rules) to the scores (..., Q, K), added to
+     * the scaled scores before the mask (SDPA's float attn_mask, relative-position biases): the
+     * weights are softmax(mask(scale Q K^T + bias)). Keeps the fused path. Not for decoding. */
+    const clattn_tensor *bias;
 } clattn_attention_opts;
 
 /* out = dropout(masked_softmax(Q K^T * scale)) V for Q (.., Q, d), K (.., K, d), V (.., K, dv),

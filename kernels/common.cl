@@ -9,6 +9,8 @@
  *                    caps left and right at Q + K, so no sum overflows.
  *   mask, mask_off, ms: int 0/1, element (d0, d1, q, k) at mask[mask_off + ms.x*d0 + ms.y*d1 + ms.z*q + ms.w*k]
  *                    (strides 0 where the mask broadcasts); NULL = no mask tensor; 0 = blocked.
+ * Bias (float, optional): bias, bias_off, bs as mask and ms, added to every score before the mask
+ *   (SDPA's float attn_mask); NULL = none.
  * Blocked scores take the value `fill` before the softmax, exactly as masked_fill does. */
 #ifndef CLATTN_COMMON_CL
 #define CLATTN_COMMON_CL
@@ -42,6 +44,13 @@ static inline __global const int *clattn_mask_row(__global const int *mask, int 
                                                   int4 ms, int d0, int d1, int q)
 {
     return mask ? mask + mask_off + ms.x * d0 + ms.y * d1 + ms.z * q : 0;
+}
+
+/* Start of this row's bias entries, or NULL when there is no bias. */
+static inline __global const float *clattn_bias_row(__global const float *bias, int bias_off,
+                                                    int4 bs, int d0, int d1, int q)
+{
+    return bias ? bias + bias_off + bs.x * d0 + bs.y * d1 + bs.z * q : 0;
 }
 
 static inline float clattn_masked(float x, int k, int lo, int limit, __global const int *mrow,

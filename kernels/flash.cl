@@ -13,8 +13,9 @@
  * per K/V batch (their D1 is D1 / G). G = 1 is ordinary attention.
  *
  * Numerics, the same in both variants and the same as the unfused path:
- * - Each score is rounded exactly as the unfused path's scale * (Q K^T), then blocked keys get
- *   `fill` (masked_fill), then max-subtracted: x = t - m <= 0 exactly, so no exponent is ever
+ * - Each score is rounded exactly as the unfused path's scale * (Q K^T), plus the bias if any (one
+ *   more rounding, as the softmax kernel adds it), then blocked keys get `fill` (masked_fill),
+ *   then max-subtracted: x = t - m <= 0 exactly, so no exponent is ever
  *   positive, whatever the magnitudes (an intermediate in log2 units could overflow for scales or
  *   fills near FLT_MAX).
  * - A running maximum still at -inf (every key so far blocked with fill = -inf) is replaced by 0
@@ -96,7 +97,8 @@
 
 #define FLASH_MASK_PARAMS                                                                        \
     int D1, int G, __global const int *lens, int lens_off, int lens_mode,                       \
-        __global const int *mask, int mask_off, int4 ms, int4 win, float fill
+        __global const int *mask, int mask_off, int4 ms, int4 win, float fill,                  \
+        __global const float *bias, int bias_off, int4 bs
 #define FLASH_DROP_PARAMS int drop, uint2 seed, uint2 offset, uint threshold, float dscale
 
 /* element (row, 0) of batch bb in an operand with layout l (see the top of the file) */
@@ -211,6 +213,17 @@ static inline float16 mask16(float16 s, int kidx, int nk, int lo, int limit,
     }
     s = select((float16)(fill), s, ok);
     return select((float16)(-INFINITY), s, idx < (int16)(nk));
+}
+
+/* The bias of one row for 16 keys from kidx (stride bsk: 1, or 0 broadcast; keys past nk 0). */
+static inline float16 bias16(__global const float *brow, int kidx, int nk, int bsk)
+{
+    if (bsk == 1 && kidx + 16 <= nk)
+        return vload16(0, brow + kidx);
+    float t[16];
+    for (int i = 0; i < 16; i++)
+        t[i] = kidx + i < nk ? brow[bsk * (kidx + i)] : 0.0f;
+    return vload16(0, t);
 }
 
 /* max without fmax's NaN bookkeeping (scores are never NaN unless the inputs are) */
@@ -395,6 +408,16 @@ __kernel void flash_cpu(__global const float *Q, int4 ql, __global const float *
                 #pragma unroll
                 for (int j = 0; j < NKV; j++)
                     s[r][j] *= (float16)(scale);
+            if (bias) {
+                #pragma unroll
+                for (int r = 0; r < QR; r++) {
+                    __global const float *brow =
+                        clattn_bias_row(bias, bias_off, bs, d0, d1, grow[gi][r]);
+                    #pragma unroll
+                    for (int j = 0; j < NKV; j++)
+                        s[r][j] += bias16(brow, kbase + 16 * j, nk, bs.w);
+                }
+            }
             if (mask || kbase + KB > gmin[gi] || kbase < gmaxlo[gi]) { /* blocked or padding keys */
                 #pragma unroll
                 for (int r = 0; r < QR; r++) {
@@ -537,6 +560,7 @@ void flash_gpu(__global const float *Q, int4 ql, __global const float *K, int4 k
     int limit = clattn_row_limit(d0, rowc, nk, lens, lens_off, lens_mode, nq, win);
     int lo = clattn_row_lo(rowc, nk, win);
     __global const int *mrow = clattn_mask_row(mask, mask_off, ms, d0, d1, rowc);
+    __global const float *brow = clattn_bias_row(bias, bias_off, bs, d0, d1, rowc);
     __global float *orow = O + flash_at(ol, D1, bb, rowc);
     __global float *st = part ? part + part_off + ((size_t)bb * nq + rowc) * 3 : 0;
     float q[DP], acc[DVP], m = -INFINITY, l = 0.0f;
@@ -598,7 +622,10 @@ void flash_gpu(__global const float *Q, int4 ql, __global const float *K, int4 k
             for (int e = 0; e < DP; e++)
                 a = mad(q[e], Ks[k][e], a);
             int kk = kbase + k;
-            a = clattn_masked(a * scale, kk, lo, limit, mrow, ms.w, fill);
+            a *= scale;
+            if (brow && kk < nk)
+                a += brow[bs.w * kk];
+            a = clattn_masked(a, kk, lo, limit, mrow, ms.w, fill);
             s[k] = kk < nk ? a : -INFINITY;
             bm = fmax(bm, s[k]);
         }

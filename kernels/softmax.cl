@@ -1,7 +1,9 @@
 /* clattn masked softmax over the last axis.
  *
  * Layout: x and y are row-major (D0, D1, Q, K) float32 starting at element offsets x_off, y_off;
- * nrows = D0 * D1 * Q. y may alias x. lse: NULL, or row r's log-sum-exp at lse[lse_off + r].
+ * nrows = D0 * D1 * Q. y may alias x. lse: NULL, or row r's log-sum-exp at lse[lse_off + r]. A bias
+ * (common.cl) is added to each score before the mask; y aliasing x reads each score once before
+ * it writes it.
  * Mask arguments as described in common.cl.
  * A row whose maximum is -inf (every score -inf) subtracts 0 instead: its exponentials are 0, so
  * its log-sum-exp is log(0) = -inf and its outputs 0 * (1 / 0) = NaN, as PyTorch's softmax.
@@ -25,9 +27,14 @@
 #error "WG must be a power of two"
 #endif
 
+#ifndef ALIGNED
+#define ALIGNED 0
+#endif
+
 #define MASK_PARAMS                                                                              \
     int Q, int D1, __global const int *lens, int lens_off, int lens_mode,                        \
-        __global const int *mask, int mask_off, int4 ms, int4 win, float fill
+        __global const int *mask, int mask_off, int4 ms, int4 win, float fill,                   \
+        __global const float *bias, int bias_off, int4 bs
 
 #if VW == 16
 #define floatV float16
@@ -43,11 +50,25 @@
 #define LANES (int8)(0, 1, 2, 3, 4, 5, 6, 7)
 #endif
 
+/* VW floats of row p from key k (a multiple of VW). ALIGNED (set by the host when every row
+ * starts on a VW-float boundary of a 64-byte-aligned buffer) reads and writes them through
+ * vector pointers: PoCL 3.1 splits vloadN and vstoreN on global pointers into 2-float accesses. */
+#if ALIGNED
+#define LOADV(p, k) (*(__global const floatV *)((p) + (k)))
+#define STOREV(v, p, k) (*(__global floatV *)((p) + (k)) = (v))
+#else
+#define LOADV(p, k) vloadV(0, (p) + (k))
+#define STOREV(v, p, k) vstoreV((v), 0, (p) + (k))
+#endif
+
 /* VW masked scores starting at key k (all < K). */
 static inline floatV masked_vec(__global const float *x, int k, int lo, int limit,
-                                __global const int *mrow, int msk, float fill)
+                                __global const int *mrow, int msk, float fill,
+                                __global const float *brow, int bsk)
 {
-    floatV v = vloadV(0, x + k);
+    floatV v = LOADV(x, k);
+    if (brow) /* the bias before the mask; its key stride is 1, or 0 where it broadcasts */
+        v += bsk ? vloadV(0, brow + k) : (floatV)(brow[0]);
     intV idx = (intV)(k) + LANES;
     intV ok = idx >= (intV)(lo) & idx < (intV)(limit);
     if (mrow) {
@@ -58,6 +79,12 @@ static inline floatV masked_vec(__global const float *x, int k, int lo, int limi
         ok = ok & (m != (intV)(0));
     }
     return select((floatV)(fill), v, ok);
+}
+
+/* Score k of row xr plus its bias, if any. */
+static inline float biased(__global const float *xr, int k, __global const float *brow, int bsk)
+{
+    return brow ? xr[k] + brow[bsk * k] : xr[k];
 }
 
 /* Horizontal reductions of a floatV. The upper half is gathered by components rather than .hi:
@@ -96,7 +123,7 @@ static inline float softmax_prefix(__global const float *xr, __global float *yr,
     floatV mv = (floatV)(-INFINITY);
     float m = limit < K ? fill : -INFINITY;
     for (k = 0; k < lv; k += VW)
-        mv = fmax(mv, vloadV(0, xr + k));
+        mv = fmax(mv, LOADV(xr, k));
     for (; k < limit; k++)
         m = fmax(m, xr[k]);
     m = fmax(m, hmax(mv));
@@ -105,9 +132,9 @@ static inline float softmax_prefix(__global const float *xr, __global float *yr,
     floatV sv = (floatV)(0.0f);
     float s = 0.0f;
     for (k = 0; k < lv; k += VW) {
-        floatV e = exp(vloadV(0, xr + k) - (floatV)(m));
+        floatV e = exp(LOADV(xr, k) - (floatV)(m));
         sv += e;
-        vstoreV(e, 0, yr + k);
+        STOREV(e, yr, k);
     }
     for (; k < limit; k++) {
         float e = exp(xr[k] - m);
@@ -119,14 +146,14 @@ static inline float softmax_prefix(__global const float *xr, __global float *yr,
 
     float inv = 1.0f / s;
     for (k = 0; k < lv; k += VW)
-        vstoreV(vloadV(0, yr + k) * (floatV)(inv), 0, yr + k);
+        STOREV(LOADV(yr, k) * (floatV)(inv), yr, k);
     for (; k < limit; k++)
         yr[k] *= inv;
     float y_fill = e_fill * inv;
     for (; k < K && k % VW; k++)
         yr[k] = y_fill;
     for (; k + VW <= K; k += VW)
-        vstoreV((floatV)(y_fill), 0, yr + k);
+        STOREV((floatV)(y_fill), yr, k);
     for (; k < K; k++)
         yr[k] = y_fill;
     return m + log(s);
@@ -142,9 +169,10 @@ __kernel void masked_softmax_rows(__global const float *x, int x_off, __global f
     int limit = clattn_row_limit(d0, q, K, lens, lens_off, lens_mode, Q, win);
     int lo = clattn_row_lo(q, K, win);
     __global const int *mrow = clattn_mask_row(mask, mask_off, ms, d0, d1, q);
+    __global const float *brow = clattn_bias_row(bias, bias_off, bs, d0, d1, q);
     __global const float *xr = x + x_off + (size_t)r * K;
     __global float *yr = y + y_off + (size_t)r * K;
-    if (!mrow && lo == 0) {
+    if (!mrow && !brow && lo == 0) {
         float l = softmax_prefix(xr, yr, K, limit, fill);
         if (lse)
             lse[lse_off + r] = l;
@@ -155,21 +183,21 @@ __kernel void masked_softmax_rows(__global const float *x, int x_off, __global f
     floatV mv = (floatV)(-INFINITY);
     float m = -INFINITY;
     for (k = 0; k < kv; k += VW)
-        mv = fmax(mv, masked_vec(xr, k, lo, limit, mrow, ms.w, fill));
+        mv = fmax(mv, masked_vec(xr, k, lo, limit, mrow, ms.w, fill, brow, bs.w));
     for (; k < K; k++)
-        m = fmax(m, clattn_masked(xr[k], k, lo, limit, mrow, ms.w, fill));
+        m = fmax(m, clattn_masked(biased(xr, k, brow, bs.w), k, lo, limit, mrow, ms.w, fill));
     m = fmax(m, hmax(mv));
     m = m == -INFINITY ? 0.0f : m;
 
     floatV sv = (floatV)(0.0f);
     float s = 0.0f;
     for (k = 0; k < kv; k += VW) {
-        floatV e = exp(masked_vec(xr, k, lo, limit, mrow, ms.w, fill) - (floatV)(m));
+        floatV e = exp(masked_vec(xr, k, lo, limit, mrow, ms.w, fill, brow, bs.w) - (floatV)(m));
         sv += e;
-        vstoreV(e, 0, yr + k);
+        STOREV(e, yr, k);
     }
     for (; k < K; k++) {
-        float e = exp(clattn_masked(xr[k], k, lo, limit, mrow, ms.w, fill) - m);
+        float e = exp(clattn_masked(biased(xr, k, brow, bs.w), k, lo, limit, mrow, ms.w, fill) - m);
         s += e;
         yr[k] = e;
     }
@@ -179,7 +207,7 @@ __kernel void masked_softmax_rows(__global const float *x, int x_off, __global f
 
     float inv = 1.0f / s;
     for (k = 0; k < kv; k += VW)
-        vstoreV(vloadV(0, yr + k) * (floatV)(inv), 0, yr + k);
+        STOREV(LOADV(yr, k) * (floatV)(inv), yr, k);
     for (; k < K; k++)
         yr[k] *= inv;
 }
@@ -194,12 +222,13 @@ void masked_softmax_wg(__global const float *x, int x_off, __global float *y, in
     int limit = clattn_row_limit(d0, q, K, lens, lens_off, lens_mode, Q, win);
     int lo = clattn_row_lo(q, K, win);
     __global const int *mrow = clattn_mask_row(mask, mask_off, ms, d0, d1, q);
+    __global const float *brow = clattn_bias_row(bias, bias_off, bs, d0, d1, q);
     __global const float *xr = x + x_off + (size_t)r * K;
     __global float *yr = y + y_off + (size_t)r * K;
 
     float m = -INFINITY;
     for (int k = t; k < K; k += WG)
-        m = fmax(m, clattn_masked(xr[k], k, lo, limit, mrow, ms.w, fill));
+        m = fmax(m, clattn_masked(biased(xr, k, brow, bs.w), k, lo, limit, mrow, ms.w, fill));
     red[t] = m;
     barrier(CLK_LOCAL_MEM_FENCE);
     for (int w = WG / 2; w > 0; w >>= 1) {
@@ -212,7 +241,7 @@ void masked_softmax_wg(__global const float *x, int x_off, __global float *y, in
 
     float s = 0.0f;
     for (int k = t; k < K; k += WG) {
-        float e = exp(clattn_masked(xr[k], k, lo, limit, mrow, ms.w, fill) - m);
+        float e = exp(clattn_masked(biased(xr, k, brow, bs.w), k, lo, limit, mrow, ms.w, fill) - m);
         s += e;
         yr[k] = e;
     }

@@ -59,6 +59,11 @@ clattn_status clattn__resolve_opts(clattn_context *ctx, const clattn_attention_o
     all[nouts].name = "opts.lse";
     CHECK_ST(clattn__resolve_mask_dims(ctx, opts ? &opts->mask : NULL, rank, sdims, "opts.mask",
                                        all, nouts + 1, m));
+    if (opts && opts->bias) { /* an input: no output may overlap it */
+        const clattn_arg b[1] = {{opts->bias, "opts.bias"}};
+        CHECK_ST(clattn__resolve_bias(ctx, opts->bias, rank, sdims, "opts.bias", m));
+        CHECK_ST(clattn__check_no_overlap(ctx, all, nouts + 1, b, 1));
+    }
 fail:
     return st;
 }

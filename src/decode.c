@@ -1,7 +1,6 @@
 /* clattn_decode_attention: KV-cache decoding, split over key ranges and merged (kernels/decode.cl). */
 #include "attention.h"
 #include <math.h>
-#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -102,6 +101,8 @@ static clattn_status check_opts(clattn_context *ctx, const clattn_attention_opts
     CHECK(ctx, !mk || !(mk->causal || mk->window) || mk->align == CLATTN_ALIGN_BOTTOM_RIGHT,
           CLATTN_ERROR_INVALID_ARGUMENT, "opts.mask.align: decoding counts causal and window "
           "diagonals from each sequence's last key: set CLATTN_ALIGN_BOTTOM_RIGHT");
+    CHECK(ctx, !opts || !opts->bias, CLATTN_ERROR_INVALID_ARGUMENT,
+          "opts.bias: decoding takes no bias tensor");
     CHECK(ctx, !opts || !clattn__dropout_active(&opts->dropout), CLATTN_ERROR_INVALID_ARGUMENT,
           "opts.dropout: decoding is inference, it takes no dropout (training = 0 or p = 0)");
     /* the mask and lse checks of every attention op, for scores (B, Hq, Qn, Kmax + Qn) */
@@ -184,21 +185,6 @@ fail:
     return st;
 }
 
-/* 1 when buf's memory starts on 64 bytes: the device's own allocations (and sub-buffers, whose
- * origins are multiples of it) by the base alignment, an application's memory
- * (CL_MEM_USE_HOST_PTR) by its address. */
-static int aligned64(const clattn_context *ctx, cl_mem buf)
-{
-    cl_mem_flags flags = 0;
-    void *host = NULL;
-    if (clGetMemObjectInfo(buf, CL_MEM_FLAGS, sizeof flags, &flags, NULL) != CL_SUCCESS)
-        return 0;
-    if (flags & CL_MEM_USE_HOST_PTR)
-        return clGetMemObjectInfo(buf, CL_MEM_HOST_PTR, sizeof host, &host, NULL) == CL_SUCCESS &&
-               (uintptr_t)host % 64 == 0;
-    return ctx->base_align >= 64;
-}
-
 /* The variant's group, its split length SK (under a loop budget, as many tiles as fit) and the
  * split count. */
 static clattn_status make_plan(clattn_context *ctx, clattn_tuning *t, const clattn_tensor *Q,
@@ -217,8 +203,8 @@ static clattn_status make_plan(clattn_context *ctx, clattn_tuning *t, const clat
     p->dv = (int)c->v_cache->dims[3];
     p->A = c->k_new ? p->Qn : 0;
     p->align16 = p->d % 16 == 0 && p->dv % 16 == 0 && c->k_cache->offset % 16 == 0 &&
-                 c->v_cache->offset % 16 == 0 && aligned64(ctx, c->k_cache->buf) &&
-                 aligned64(ctx, c->v_cache->buf);
+                 c->v_cache->offset % 16 == 0 && clattn__aligned64(ctx, c->k_cache->buf) &&
+                 clattn__aligned64(ctx, c->v_cache->buf);
     p->gpu = strcmp(t->variant, "gpu") == 0;
     p->RQ = clattn__tune_int(t, "RQ", 4);
     p->WG = p->gpu ? clattn__tune_int(t, "WG", 64) : 1;
@@ -245,7 +231,8 @@ static clattn_status make_plan(clattn_context *ctx, clattn_tuning *t, const clat
     size_t most = clattn__div_up((size_t)p->Kmax, 64);
     if (nsplit < want)
         nsplit = want < most ? want : most > nsplit ? most : nsplit;
-    p->SK = (int)clattn__round_up(clattn__div_up((size_t)p->Kmax, nsplit), 16);
+    size_t sk = clattn__round_up(clattn__div_up((size_t)p->Kmax, nsplit), 16);
+    p->SK = sk < (size_t)p->SK ? (int)sk : p->SK; /* never past a loop budget's SK */
     p->nsplit = (int)clattn__div_up((size_t)p->Kmax, (size_t)p->SK);
     size_t rows = (size_t)p->B * p->Hq * p->Qn, part = rows * p->nsplit * (size_t)(p->dv + 2);
     size_t items = (size_t)p->nsplit * clattn__div_up((size_t)p->G * p->Qn, (size_t)p->RQ) *

@@ -149,6 +149,8 @@ typedef struct {
     const clattn_tensor *t;
     const char *name;
 } clattn_arg;
+/* 1 when buf's memory starts on 64 bytes (kernels may then read rows through vector pointers). */
+int clattn__aligned64(const clattn_context *ctx, cl_mem buf);
 /* Fails naming both when an output overlaps an input or another output. All checked views. */
 clattn_status clattn__check_no_overlap(clattn_context *ctx, const clattn_arg *outs, int nouts,
                                        const clattn_arg *ins, int nins);

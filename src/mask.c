@@ -9,14 +9,16 @@
 /* Which of the kernels' (D0, D1, Q, K) slots each axis of a rank-r score tensor lands in. */
 static const int slot_of[5][4] = {{0}, {3}, {2, 3}, {0, 2, 3}, {0, 1, 2, 3}};
 
-static clattn_status resolve_tensor_mask(clattn_context *ctx, const clattn_tensor *mt, int rank,
-                                         const size_t *sdims, const char *name,
-                                         clattn_mask_args *out)
+/* The (D0, D1, Q, K) strides of a tensor broadcast to scores of rank `rank` (0 where it
+ * broadcasts). */
+static clattn_status broadcast_strides(clattn_context *ctx, const clattn_tensor *mt,
+                                       clattn_dtype dtype, int rank, const size_t *sdims,
+                                       const char *name, cl_int4 *out)
 {
     clattn_status st = CLATTN_SUCCESS;
     char shape[96];
     int s[4] = {0, 0, 0, 0};
-    CHECK_ST(clattn__check_tensor(ctx, mt, name, CLATTN_INT32, 1, 4));
+    CHECK_ST(clattn__check_tensor(ctx, mt, name, dtype, 1, 4));
     CHECK(ctx, mt->ndim <= rank, CLATTN_ERROR_SHAPE_MISMATCH,
           "%s: shape %s has more dims than the scores (%d)", name,
           clattn__shape_str(mt, shape, sizeof shape), rank);
@@ -30,12 +32,31 @@ static clattn_status resolve_tensor_mask(clattn_context *ctx, const clattn_tenso
         s[slot_of[rank][axis]] = mt->dims[i] == 1 ? 0 : (int)stride;
         stride *= mt->dims[i];
     }
+    for (int i = 0; i < 4; i++)
+        out->s[i] = s[i];
+fail:
+    return st;
+}
+
+static clattn_status resolve_tensor_mask(clattn_context *ctx, const clattn_tensor *mt, int rank,
+                                         const size_t *sdims, const char *name,
+                                         clattn_mask_args *out)
+{
+    clattn_status st = CLATTN_SUCCESS;
+    CHECK_ST(broadcast_strides(ctx, mt, CLATTN_INT32, rank, sdims, name, &out->ms));
     out->mask = mt->buf;
     out->mask_off = (int)mt->offset;
-    out->ms.s[0] = s[0];
-    out->ms.s[1] = s[1];
-    out->ms.s[2] = s[2];
-    out->ms.s[3] = s[3];
+fail:
+    return st;
+}
+
+clattn_status clattn__resolve_bias(clattn_context *ctx, const clattn_tensor *bias, int rank,
+                                   const size_t *sdims, const char *name, clattn_mask_args *o)
+{
+    clattn_status st = CLATTN_SUCCESS;
+    CHECK_ST(broadcast_strides(ctx, bias, CLATTN_FLOAT32, rank, sdims, name, &o->bs));
+    o->bias = bias->buf;
+    o->bias_off = (int)bias->offset;
 fail:
     return st;
 }

@@ -15,6 +15,9 @@ typedef struct {
      * causal. left and right are at most Q + K (as unbounded), so no sum overflows. */
     cl_int4 win;
     float fill;
+    cl_mem bias;       /* float, added to the scores before the mask; NULL when none */
+    int bias_off;
+    cl_int4 bs;        /* bias strides, as ms */
     cl_mem owned_lens; /* uploaded host lengths; release with clattn__mask_release */
 } clattn_mask_args;
 
@@ -28,6 +31,10 @@ clattn_status clattn__resolve_mask(clattn_context *ctx, const clattn_mask *mask,
 clattn_status clattn__resolve_mask_dims(clattn_context *ctx, const clattn_mask *mask, int score_rank,
                                         const size_t *score_dims, const char *name,
                                         const clattn_arg *outs, int nouts, clattn_mask_args *out);
+/* A float bias tensor broadcastable (numpy rules) to scores of the given shape into o. */
+clattn_status clattn__resolve_bias(clattn_context *ctx, const clattn_tensor *bias, int score_rank,
+                                   const size_t *score_dims, const char *name,
+                                   clattn_mask_args *o);
 /* 1 when lengths, causality or the window's right side end some rows before key K (the fused
  * kernels then skip trailing key blocks and need the value sums of flash_vtail). */
 int clattn__mask_limits_rows(const clattn_mask_args *m);

@@ -1,6 +1,7 @@
 /* clattn_masked_softmax: argument checks, mask resolution, variant choice and launch. */
 #include "internal.h"
 #include "mask.h"
+#include <stdio.h>
 #include <string.h>
 
 clattn_status clattn_masked_softmax(clattn_context *ctx, const clattn_tensor *scores,
@@ -66,8 +67,14 @@ clattn_status clattn__enqueue_softmax(clattn_context *ctx, const clattn_tuning *
     cl_mem lse_buf = lse ? lse->buf : NULL;
     int lse_off = lse ? (int)lse->offset : 0;
     size_t gws = (size_t)nrows, lws = 0, kernel_wg = 0;
+    char defines[600];
+    /* rows on VW-float boundaries of aligned buffers: the row kernel's vector-pointer path */
+    int VW = gpu ? 0 : clattn__tune_int(&t, "VW", 8);
+    int aligned = !gpu && K % VW == 0 && x_off % VW == 0 && y_off % VW == 0 &&
+                  clattn__aligned64(ctx, x->buf) && clattn__aligned64(ctx, y->buf);
     for (;;) {
-        CHECK_ST(clattn__get_kernel(ctx, "softmax.cl", t.defines,
+        snprintf(defines, sizeof defines, "%s-D ALIGNED=%d", t.defines, aligned);
+        CHECK_ST(clattn__get_kernel(ctx, "softmax.cl", defines,
                                     gpu ? "masked_softmax_wg" : "masked_softmax_rows", &k));
         if (!gpu)
             break;
@@ -87,7 +94,8 @@ clattn_status clattn__enqueue_softmax(clattn_context *ctx, const clattn_tuning *
                               ARG(y_off), ARG(lse_buf), ARG(lse_off), ARG(nrows), ARG(K),
                               ARG(m->Q), ARG(m->D1), ARG(m->lens), ARG(m->lens_off),
                               ARG(m->lens_mode), ARG(m->mask), ARG(m->mask_off), ARG(m->ms),
-                              ARG(m->win), ARG(m->fill), ARGS_END));
+                              ARG(m->win), ARG(m->fill), ARG(m->bias), ARG(m->bias_off),
+                              ARG(m->bs), ARGS_END));
     CHECK_ST(clattn__launch(ctx, k, 1, &gws, lws ? &lws : NULL, "masked_softmax"));
 fail:
     return st;

@@ -239,3 +239,18 @@ clattn_status clattn_tensor_fill(clattn_context *ctx, const clattn_tensor *t, fl
 fail:
     return st;
 }
+
+/* 1 when buf's memory starts on 64 bytes: the device's own allocations (and sub-buffers, whose
+ * origins are multiples of it) by the base alignment, an application's memory
+ * (CL_MEM_USE_HOST_PTR) by its address. */
+int clattn__aligned64(const clattn_context *ctx, cl_mem buf)
+{
+    cl_mem_flags flags = 0;
+    void *host = NULL;
+    if (clGetMemObjectInfo(buf, CL_MEM_FLAGS, sizeof flags, &flags, NULL) != CL_SUCCESS)
+        return 0;
+    if (flags & CL_MEM_USE_HOST_PTR)
+        return clGetMemObjectInfo(buf, CL_MEM_HOST_PTR, sizeof host, &host, NULL) == CL_SUCCESS &&
+               (uintptr_t)host % 64 == 0;
+    return ctx->base_align >= 64;
+}

@@ -199,7 +199,7 @@ void h_mask_make(h_mask *hm, const h_mask_spec *c, int rank, const size_t *sdims
         d4[slot[rank][i]] = sdims[i];
     size_t D0 = d4[0], Q = d4[2], K = d4[3];
     ref_mask r = {(int)D0, (int)d4[1], (int)Q, (int)K, NULL, 0, NULL, {0, 0, 0, 0}, c->causal,
-                  c->fill != 0 ? c->fill : CLATTN_DEFAULT_FILL, 0, 0, 0, 0};
+                  c->fill != 0 ? c->fill : CLATTN_DEFAULT_FILL, 0, 0, 0, 0, NULL, {0, 0, 0, 0}};
     r.align = c->align;
     r.window = c->window;
     r.window_left = c->window_left;
@@ -245,12 +245,36 @@ void h_mask_make(h_mask *hm, const h_mask_spec *c, int rank, const size_t *sdims
         hm->tm = h_tensor(CLATTN_INT32, c->mask_rank, c->mask_dims, hm->mask);
         hm->m.mask = &hm->tm;
     }
+    if (c->bias_rank) {
+        size_t bn = 1, stride = 1;
+        double mag = c->bias_mag > 0 ? c->bias_mag : 2.0;
+        for (int i = 0; i < c->bias_rank; i++)
+            bn *= c->bias_dims[i];
+        float *bf = malloc(bn * sizeof *bf);
+        hm->bias = malloc(bn * sizeof *hm->bias);
+        h_fill(bf, bn, -mag, mag);
+        for (size_t i = 0; i < bn; i++) {
+            if (c->bias_ninf > 0 && i % (size_t)c->bias_ninf == 1)
+                bf[i] = -INFINITY;
+            hm->bias[i] = bf[i];
+        }
+        for (int i = c->bias_rank - 1; i >= 0; i--) {
+            int axis = rank - c->bias_rank + i;
+            hm->r.bs[slot[rank][axis]] = c->bias_dims[i] == 1 ? 0 : (long)stride;
+            stride *= c->bias_dims[i];
+        }
+        hm->r.bias = hm->bias;
+        hm->tb = h_tensor(CLATTN_FLOAT32, c->bias_rank, c->bias_dims, bf);
+        free(bf);
+    }
 }
 
 void h_mask_free(h_mask *hm)
 {
     clattn_tensor_release(&hm->tl);
     clattn_tensor_release(&hm->tm);
+    clattn_tensor_release(&hm->tb);
     free(hm->lens);
     free(hm->mask);
+    free(hm->bias);
 }

@@ -68,12 +68,17 @@ typedef struct {
     float fill;            /* 0: default */
     int align;             /* clattn_mask's align, window, window_left and window_right */
     int window, window_left, window_right;
+    int bias_rank;         /* 0: no bias; else random floats of bias_dims (opts.bias) */
+    size_t bias_dims[4];
+    double bias_mag;       /* uniform in [-bias_mag, bias_mag]; 0 means 2 */
+    int bias_ninf;         /* > 0: every bias_ninf-th entry is -inf (SDPA's float masks) */
 } h_mask_spec;
 typedef struct {
     clattn_mask m;
     ref_mask r;
-    clattn_tensor tl, tm;
+    clattn_tensor tl, tm, tb; /* tb: the bias (buf NULL when none), for opts.bias */
     int *lens, *mask;
+    double *bias;
 } h_mask;
 /* Scores of rank 1-4 with dims sdims (last two Q, K). */
 void h_mask_make(h_mask *hm, const h_mask_spec *spec, int rank, const size_t *sdims);

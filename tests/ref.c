@@ -42,6 +42,15 @@ int ref_blocked(const ref_mask *m, int d0, int d1, int q, int k)
     return 0;
 }
 
+double ref_masked_score(const ref_mask *m, int d0, int d1, int q, int k, double x)
+{
+    if (ref_blocked(m, d0, d1, q, k))
+        return m->fill;
+    if (m->bias)
+        x += m->bias[m->bs[0] * d0 + m->bs[1] * d1 + m->bs[2] * q + m->bs[3] * k];
+    return x;
+}
+
 void ref_masked_softmax(const ref_mask *m, const float *x, double *out)
 {
     size_t n = (size_t)m->D0 * m->D1 * m->Q * m->K;
@@ -81,7 +90,7 @@ void ref_masked_softmax_d(const ref_mask *m, const double *x, double *out)
                 size_t row = (((size_t)d0 * m->D1 + d1) * m->Q + q) * (size_t)m->K;
                 double mx = -INFINITY, sum = 0;
                 for (int k = 0; k < m->K; k++) {
-                    v[k] = ref_blocked(m, d0, d1, q, k) ? m->fill : x[row + k];
+                    v[k] = ref_masked_score(m, d0, d1, q, k, x[row + k]);
                     mx = fmax(mx, v[k]);
                 }
                 for (int k = 0; k < m->K; k++)
@@ -179,12 +188,12 @@ void ref_masked_lse_d(const ref_mask *m, const double *x, double *lse)
         double mx = -INFINITY, sum = 0;
         int nan = 0;
         for (int k = 0; k < m->K; k++) {
-            double v = ref_blocked(m, d0, d1, q, k) ? m->fill : x[r * m->K + k];
+            double v = ref_masked_score(m, d0, d1, q, k, x[r * m->K + k]);
             nan |= isnan(v);
             mx = fmax(mx, v);
         }
         for (int k = 0; mx > -INFINITY && k < m->K; k++)
-            sum += exp((ref_blocked(m, d0, d1, q, k) ? m->fill : x[r * m->K + k]) - mx);
+            sum += exp(ref_masked_score(m, d0, d1, q, k, x[r * m->K + k]) - mx);
         lse[r] = nan ? NAN : mx == -INFINITY ? -INFINITY : mx + log(sum);
     }
 }

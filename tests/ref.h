@@ -22,7 +22,14 @@ typedef struct {
     /* clattn_mask's: the diagonal of row q is key q (align 0) or q + K - Q (align 1); with window,
      * keys outside [diag - left, diag + right] are blocked, -1 = unbounded */
     int align, window, window_left, window_right;
+    /* NULL, or a bias added to every score before the mask, element (d0, d1, q, k) at
+     * bs[0] d0 + bs[1] d1 + bs[2] q + bs[3] k */
+    const double *bias;
+    long bs[4];
 } ref_mask;
+
+/* Score x of row (d0, d1, q), key k after the bias and the mask. */
+double ref_masked_score(const ref_mask *m, int d0, int d1, int q, int k, double x);
 
 /* 1 when key k of row (d0, d1, q) is blocked. */
 int ref_blocked(const ref_mask *m, int d0, int d1, int q, int k);

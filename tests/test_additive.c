@@ -71,6 +71,7 @@ static void run(const add_case *c)
     o.dropout.training = c->p > 0;
     o.dropout.seed = c->seed;
     o.lse = &tl;
+    o.bias = hm.tb.buf ? &hm.tb : NULL;
     if (clattn_additive_attention(h_ctx, &tq, &tk, &tv, &w, &o, &to, c->no_weights ? NULL : &tw) !=
         CLATTN_SUCCESS)
         fail_msg("additive_attention: %s", clattn_last_error(h_ctx));
@@ -141,7 +142,9 @@ static void test_masks(void **s)
     static const int l[] = {0, 17, 5};
     CASES({3, 6, 17, 5, 7, 3, 8, {H_LENS_1D, 0, l}}, {2, 6, 11, 5, 7, 3, 8, {H_LENS_2D}},
           {2, 8, 8, 5, 5, 3, 8, {H_LENS_1D, .causal = 1}},
-          {2, 6, 11, 5, 7, 3, 8, {.mask_rank = 2, .mask_dims = {6, 11}}});
+          {2, 6, 11, 5, 7, 3, 8, {.mask_rank = 2, .mask_dims = {6, 11}}},
+          {2, 6, 11, 5, 7, 3, 8, {H_LENS_1D, .bias_rank = 3, .bias_dims = {2, 6, 11},
+                                  .bias_ninf = 7}});
 }
 
 static void test_dropout(void **s)

@@ -129,6 +129,7 @@ static clattn_attention_opts make_opts(const att_case *c, const h_mask *hm)
     opts.dropout.training = c->p > 0;
     opts.dropout.seed = c->seed;
     opts.scale = c->scale;
+    opts.bias = hm->tb.buf ? &hm->tb : NULL;
     return opts;
 }
 
@@ -587,6 +588,30 @@ static float *fused_with(const char *tuning, const att_case *c, const float *q, 
     return o;
 }
 
+/* A float bias (SDPA's float attn_mask) broadcast from every rank, with -inf entries (every
+ * fifth), large values, and with lengths, causal, windows, 0/1 masks, dropout, grouped heads;
+ * K of a block size +- 1 and over one key block. */
+static void test_bias(void **s)
+{
+    (void)s;
+    static const int l1[] = {0, 37, 5};
+    CASES({1, {2}, 9, 37, 8, 6, {.bias_rank = 3, .bias_dims = {2, 9, 37}}},
+          {1, {3}, 5, 37, 16, 16, {H_LENS_1D, 0, l1, .bias_rank = 2, .bias_dims = {5, 37}}},
+          {2, {2, 3}, 7, 15, 8, 8, {.causal = 1, .bias_rank = 4, .bias_dims = {2, 3, 7, 15}}},
+          {2, {2, 3}, 7, 17, 8, 8, {.bias_rank = 2, .bias_dims = {1, 17}, .bias_ninf = 5}},
+          {2, {2, 3}, 7, 64, 8, 8, {.bias_rank = 4, .bias_dims = {1, 3, 1, 64},
+                                    .fill = -INFINITY}},
+          {1, {2}, 11, 65, 12, 5, {.bias_rank = 3, .bias_dims = {2, 11, 1}, .bias_mag = 300}},
+          {1, {2}, 6, 33, 8, 8, {.mask_rank = 2, .mask_dims = {6, 33}, .bias_rank = 1,
+                                 .bias_dims = {33}, .bias_ninf = 3}},
+          {1, {2}, 20, 130, 16, 16, {.window = 1, .window_left = 20, .window_right = 5,
+                                     .align = 1, .bias_rank = 3, .bias_dims = {2, 20, 130}}},
+          {2, {2, 4}, 5, 40, 16, 16, {.causal = 1, .align = 1, .bias_rank = 4,
+                                      .bias_dims = {2, 4, 5, 40}}, .hkv = 2},
+          {1, {2}, 16, 24, 8, 8, {.bias_rank = 3, .bias_dims = {2, 16, 24}}, .p = 0.3f,
+           .seed = 5});
+}
+
 /* The fused GPU kernel over its keys in several launches (a loop budget, LOOPS) computes bit for
  * bit what one launch does, outputs and LSEs: rows that stop early (lengths, causal), values past the stop that are
  * NaN, -inf fills, dropout, huge scores, the largest head sizes. The split shows in the scratch:
@@ -645,6 +670,7 @@ int main(void)
         cmocka_unit_test(test_dropout_nan_rows),
         cmocka_unit_test(test_dropout_reproducible), cmocka_unit_test(test_explicit_scale),
         cmocka_unit_test(test_neg_inf_fill), cmocka_unit_test(test_huge_scores),
+        cmocka_unit_test(test_bias),
         cmocka_unit_test(test_identical_keys_huge), cmocka_unit_test(test_nan_in_blocked_rows),
         cmocka_unit_test(test_many_head_sizes), cmocka_unit_test(test_long_keys),
         cmocka_unit_test(test_split_launches),  cmocka_unit_test(test_grouped_query),

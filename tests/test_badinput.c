@@ -53,6 +53,9 @@ static clattn_tensor dq, dq3, dq_65, dk, dv, dk_h3, dlens, dlens3, dlens_f, dout
     dout_in_k;
 static clattn_kv_cache dc, dc_k_only, dc_advance, dc_lens3, dc_lens_f, dc_h3, dc_kn_bad, dc_app;
 static clattn_attention_opts dopts_lens, dopts_causal_tl, dopts_drop;
+/* Issue 11: float biases. */
+static clattn_tensor bias_bad, bias_int, bias_in_out, bias_ok;
+static clattn_attention_opts opts_bias_bad, opts_bias_int, opts_bias_in_out, opts_bias_ok;
 
 static clattn_tensor mk(int ndim, const size_t *dims, float lo)
 {
@@ -154,6 +157,15 @@ static void make_decode_views(void)
     dopts_causal_tl.mask.causal = 1; /* align left at top-left */
     dopts_drop.dropout.p = 0.5f;
     dopts_drop.dropout.training = 1;
+    bias_bad = view(&S, 0, 2, H_DIMS(5, 5)); /* scores (2, 5, 6) */
+    bias_int = view(&S, 0, 1, H_DIMS(6));
+    bias_int.dtype = CLATTN_INT32;
+    bias_in_out = view(&O, 0, 1, H_DIMS(6));
+    bias_ok = view(&S, 0, 1, H_DIMS(6));
+    opts_bias_bad.bias = &bias_bad;
+    opts_bias_int.bias = &bias_int;
+    opts_bias_in_out.bias = &bias_in_out;
+    opts_bias_ok.bias = &bias_ok;
 }
 
 static void make_lse_views(void)
@@ -750,7 +762,15 @@ static clattn_status wrap_with(cl_context c, cl_device_id d, cl_command_queue q)
     X(decode_out_over_cache, INVALID_ARGUMENT, "out: overlaps cache.k_cache",                  \
       clattn_decode_attention(CTX, &dq, &dc_app, NULL, &dout_in_k))                            \
     X(decode_lse_shape, SHAPE_MISMATCH, "opts.lse", clattn_decode_attention(CTX, &dq, &dc,     \
-      &opts_lse_bad, &dout))
+      &opts_lse_bad, &dout))                                                                   \
+    X(attention_bias_shape, SHAPE_MISMATCH, "opts.bias: shape (5, 5) does not broadcast",      \
+      clattn_dot_product_attention(CTX, &Q, &Kk, &V, &opts_bias_bad, &O, NULL))                \
+    X(attention_bias_int, INVALID_TENSOR, "opts.bias", clattn_dot_product_attention(CTX, &Q,   \
+      &Kk, &V, &opts_bias_int, &O, &Wt))                                                       \
+    X(attention_bias_in_out, INVALID_ARGUMENT, "out: overlaps opts.bias",                      \
+      clattn_dot_product_attention(CTX, &Q, &Kk, &V, &opts_bias_in_out, &O, NULL))             \
+    X(decode_bias, INVALID_ARGUMENT, "opts.bias: decoding", clattn_decode_attention(CTX, &dq,  \
+      &dc, &opts_bias_ok, &dout))
 
 typedef struct {
     const char *name;

@@ -205,6 +205,18 @@ static void gen_case(fz_case *c, size_t budget)
         c->hkv = 0; /* fit() dropped the heads */
     gen_mask(c);
     gen_magnitudes(c);
+    if (!c->exact && h_uniform(0, 1) < 0.25) { /* a float bias, broadcast, some entries -inf */
+        h_mask_spec *m = &c->mask;
+        int rank = c->nlead + 2;
+        size_t full[4] = {c->lead[0], c->lead[1]};
+        full[c->nlead] = c->nq;
+        full[c->nlead + 1] = c->nk;
+        m->bias_rank = h_randint(1, rank);
+        for (int i = 0; i < m->bias_rank; i++)
+            m->bias_dims[i] = h_randint(0, 2) ? full[rank - m->bias_rank + i] : 1;
+        m->bias_mag = h_randint(0, 1) ? 2.0 : 100.0;
+        m->bias_ninf = h_randint(0, 2) ? 0 : h_randint(2, 7);
+    }
     c->ties = h_uniform(0, 1) < 0.2;
     c->nonfinite = h_uniform(0, 1) < 0.2 ? h_randint(1, 3) : 0;
     if (h_uniform(0, 1) < 0.25) {
@@ -288,6 +300,10 @@ static void row_scores(fz_row *r, size_t b, int i, const ref_mask *m)
         /* products below FLT_MIN may be flushed to zero (OpenCL allows it for float) */
         r->a[k] = r->real[k] ? (gamma * mag + 2 * c->d * FLT_MIN) * fabs(sc) + 2 * U32 * fabs(r->s[k])
                              : 0.0;
+        if (r->real[k] && m->bias) { /* one more rounding; a -inf bias is exact */
+            r->s[k] += m->bias[m->bs[0] * d0 + m->bs[1] * d1 + m->bs[2] * i + m->bs[3] * k];
+            r->a[k] = isfinite(r->s[k]) ? r->a[k] + U32 * fabs(r->s[k]) : 0.0;
+        }
     }
 }
 
@@ -428,13 +444,14 @@ static void describe(const fz_case *c, int index, char *buf, size_t n)
              "fuzz case %d (rerun: CLATTN_FUZZ_FIRST=%d CLATTN_FUZZ_CASES=1, seed %llu): lead %d "
              "(%zu, %zu) Q=%d K=%d d=%d dv=%d lens %d%s mask rank %d prefix %d causal %d align %d "
              "window %d (%d, %d) fill %g "
-             "scale %g %s eq %d ek %d qmag %g kmag %g vmag %g ties %d nonfinite %d p %g hkv %d",
+             "scale %g %s eq %d ek %d qmag %g kmag %g vmag %g ties %d nonfinite %d p %g hkv %d "
+             "bias rank %d mag %g ninf %d",
              index, index, h_seed(), c->nlead, c->lead[0], c->lead[1], c->nq, c->nk, c->d, c->dv,
              c->mask.lens, c->mask.lens_on_device ? " (device)" : "", c->mask.mask_rank,
              c->mask.mask_prefix, c->mask.causal, c->mask.align, c->mask.window,
              c->mask.window_left, c->mask.window_right, c->mask.fill, c->scale,
              c->exact ? "exact" : "float", c->eq, c->ek, c->qmag, c->kmag, c->vmag, c->ties,
-             c->nonfinite, c->p, c->hkv);
+             c->nonfinite, c->p, c->hkv, c->mask.bias_rank, c->mask.bias_mag, c->mask.bias_ninf);
 }
 
 /* One case through both paths: no weights (fused where the variant and head sizes allow) and
@@ -467,7 +484,8 @@ static void run_case(int index, size_t budget)
     clattn_tensor tv = make_kv(&c, c.nk, c.dv, vc);
     clattn_tensor to = make(&c, c.nq, c.dv, NULL), tw = make(&c, c.nq, c.nk, NULL);
     clattn_tensor tl = h_tensor(CLATTN_FLOAT32, c.nlead + 1, sdims, NULL); /* (..., Q) */
-    clattn_attention_opts opts = {hm.m, {c.p, c.p > 0, c.seed, 0}, c.scale, NULL};
+    clattn_attention_opts opts = {hm.m, {c.p, c.p > 0, c.seed, 0}, c.scale, NULL,
+                                  hm.tb.buf ? &hm.tb : NULL};
     for (int weights = 0; weights < 2; weights++) {
         h_poison(&to);
         h_poison(&tw);

@@ -2,8 +2,14 @@
 """PyTorch peers for clattn-bench (BENCHMARKS.md): the same shapes, timed the same way.
 
 Prints one JSON object per line: {"name": ..., "ms": median, "reps": n}. Run it right before or
-after `clattn-bench --only attention,mha,additive` so both see the same machine state.
-Uses Debian's python3-torch (CPU, float32) with as many threads as the machine has cores.
+after the matching `clattn-bench --only ...` so both see the same machine state.
+
+    torch_peers.py [REPS] [--only SECTIONS]     SECTIONS: additive,mha,unfused,sdpa,gqa,decode
+
+PyTorch 2.x (python3 -m venv /tmp/torch2 && /tmp/torch2/bin/pip install torch numpy), CPU, float32,
+as many threads as the machine has cores. sdpa, gqa and decode use
+torch.nn.functional.scaled_dot_product_attention, whose CPU path is a flash kernel; gqa and decode
+pass enable_gqa=True (torch >= 2.5); decode attends one new query row over a full cache.
 """
 import json
 import math
@@ -93,15 +99,61 @@ def bench_unfused_attention(reps, n=1024, heads=16, d=64):
         return median_ms(run, reps)
 
 
+def sdpa():
+    return torch.nn.functional.scaled_dot_product_attention
+
+
+def bench_sdpa(reps, n=1024, heads=16, d=64, causal=False):
+    """clattn-bench's attention section: (1, H, N, d), plain or causal (top-left)."""
+    q, k, v = (torch.randn(1, heads, n, d) for _ in range(3))
+    with torch.no_grad():
+        return median_ms(lambda: sdpa()(q, k, v, is_causal=causal), reps)
+
+
+def bench_gqa(reps, n=2048, causal=True):
+    """clattn-bench's gqa section: B 1, 32 query heads over 8 K/V heads, d 128."""
+    q = torch.randn(1, 32, n, 128)
+    k, v = torch.randn(1, 8, n, 128), torch.randn(1, 8, n, 128)
+    with torch.no_grad():
+        return median_ms(lambda: sdpa()(q, k, v, is_causal=causal, enable_gqa=True), reps)
+
+
+def bench_decode(reps, B, K):
+    """clattn-bench's decode section: one new row, 32 query heads over 8 K/V heads, d 128, over
+    full caches of K keys (no mask: the one row sees every key)."""
+    q = torch.randn(B, 32, 1, 128)
+    k, v = torch.randn(B, 8, K, 128), torch.randn(B, 8, K, 128)
+    with torch.no_grad():
+        return median_ms(lambda: sdpa()(q, k, v, enable_gqa=True), reps)
+
+
+SECTIONS = {
+    "additive": lambda r: [("torch_additive_d2l_B4_Q256_K256_h64", bench_additive(r))],
+    "mha": lambda r: [("torch_mha_B4_H8_N512_E512", bench_mha(r))],
+    "unfused": lambda r: [("torch_attention_unfused_H16_N1024_d64", bench_unfused_attention(r))],
+    "sdpa": lambda r: [("torch_sdpa_H16_N1024_d64", bench_sdpa(r)),
+                       ("torch_sdpa_H16_N1024_d64_causal", bench_sdpa(r, causal=True))],
+    "gqa": lambda r: [("torch_sdpa_gqa_B1_Hq32_Hkv8_N2048_d128_causal", bench_gqa(r)),
+                      ("torch_sdpa_gqa_B1_Hq32_Hkv8_N2048_d128", bench_gqa(r, causal=False))],
+    "decode": lambda r: [("torch_sdpa_decode_B%d_K%d" % (b, k), bench_decode(r, b, k))
+                         for b in (1, 8) for k in (4096, 32768)],
+}
+
+
 def main():
     warnings.filterwarnings("ignore", message="Lazy modules")
-    reps = int(sys.argv[1]) if len(sys.argv) > 1 else 10
+    args = sys.argv[1:]
+    only = ["additive", "mha", "unfused"]
+    if "--only" in args:
+        i = args.index("--only")
+        only = args[i + 1].split(",")
+        del args[i:i + 2]
+    for name in only:
+        if name not in SECTIONS:
+            sys.exit("torch_peers.py: unknown section %r (%s)" % (name, ", ".join(SECTIONS)))
+    reps = int(args[0]) if args else 10
     torch.set_num_threads(os.cpu_count() or 1)
-    results = [
-        ("torch_additive_d2l_B4_Q256_K256_h64", bench_additive(reps)),
-        ("torch_mha_B4_H8_N512_E512", bench_mha(reps)),
-        ("torch_attention_unfused_H16_N1024_d64", bench_unfused_attention(reps)),
-    ]
+    results = [row for name in only for row in SECTIONS[name](reps)]
     for name, ms in results:
         print(json.dumps({"name": name, "ms": round(ms, 3), "reps": reps,
                           "torch": torch.__version__, "threads": torch.get_num_threads()}))
