@@ -27,10 +27,6 @@
 #error "WG must be a power of two"
 #endif
 
-#ifndef ALIGNED
-#define ALIGNED 0
-#endif
-
 #define MASK_PARAMS                                                                              \
     int Q, int D1, __global const int *lens, int lens_off, int lens_mode,                        \
         __global const int *mask, int mask_off, int4 ms, int4 win, float fill,                   \
@@ -50,23 +46,12 @@
 #define LANES (int8)(0, 1, 2, 3, 4, 5, 6, 7)
 #endif
 
-/* VW floats of row p from key k (a multiple of VW). ALIGNED (set by the host when every row
- * starts on a VW-float boundary of a 64-byte-aligned buffer) reads and writes them through
- * vector pointers: PoCL 3.1 splits vloadN and vstoreN on global pointers into 2-float accesses. */
-#if ALIGNED
-#define LOADV(p, k) (*(__global const floatV *)((p) + (k)))
-#define STOREV(v, p, k) (*(__global floatV *)((p) + (k)) = (v))
-#else
-#define LOADV(p, k) vloadV(0, (p) + (k))
-#define STOREV(v, p, k) vstoreV((v), 0, (p) + (k))
-#endif
-
 /* VW masked scores starting at key k (all < K). */
 static inline floatV masked_vec(__global const float *x, int k, int lo, int limit,
                                 __global const int *mrow, int msk, float fill,
                                 __global const float *brow, int bsk)
 {
-    floatV v = LOADV(x, k);
+    floatV v = vloadV(0, x + k);
     if (brow) /* the bias before the mask; its key stride is 1, or 0 where it broadcasts */
         v += bsk ? vloadV(0, brow + k) : (floatV)(brow[0]);
     intV idx = (intV)(k) + LANES;
@@ -123,7 +108,7 @@ static inline float softmax_prefix(__global const float *xr, __global float *yr,
     floatV mv = (floatV)(-INFINITY);
     float m = limit < K ? fill : -INFINITY;
     for (k = 0; k < lv; k += VW)
-        mv = fmax(mv, LOADV(xr, k));
+        mv = fmax(mv, vloadV(0, xr + k));
     for (; k < limit; k++)
         m = fmax(m, xr[k]);
     m = fmax(m, hmax(mv));
@@ -132,9 +117,9 @@ static inline float softmax_prefix(__global const float *xr, __global float *yr,
     floatV sv = (floatV)(0.0f);
     float s = 0.0f;
     for (k = 0; k < lv; k += VW) {
-        floatV e = exp(LOADV(xr, k) - (floatV)(m));
+        floatV e = exp(vloadV(0, xr + k) - (floatV)(m));
         sv += e;
-        STOREV(e, yr, k);
+        vstoreV(e, 0, yr + k);
     }
     for (; k < limit; k++) {
         float e = exp(xr[k] - m);
@@ -146,14 +131,14 @@ static inline float softmax_prefix(__global const float *xr, __global float *yr,
 
     float inv = 1.0f / s;
     for (k = 0; k < lv; k += VW)
-        STOREV(LOADV(yr, k) * (floatV)(inv), yr, k);
+        vstoreV(vloadV(0, yr + k) * (floatV)(inv), 0, yr + k);
     for (; k < limit; k++)
         yr[k] *= inv;
     float y_fill = e_fill * inv;
     for (; k < K && k % VW; k++)
         yr[k] = y_fill;
     for (; k + VW <= K; k += VW)
-        STOREV((floatV)(y_fill), yr, k);
+        vstoreV((floatV)(y_fill), 0, yr + k);
     for (; k < K; k++)
         yr[k] = y_fill;
     return m + log(s);
@@ -194,7 +179,7 @@ __kernel void masked_softmax_rows(__global const float *x, int x_off, __global f
     for (k = 0; k < kv; k += VW) {
         floatV e = exp(masked_vec(xr, k, lo, limit, mrow, ms.w, fill, brow, bs.w) - (floatV)(m));
         sv += e;
-        STOREV(e, yr, k);
+        vstoreV(e, 0, yr + k);
     }
     for (; k < K; k++) {
         float e = exp(clattn_masked(biased(xr, k, brow, bs.w), k, lo, limit, mrow, ms.w, fill) - m);
@@ -207,7 +192,7 @@ __kernel void masked_softmax_rows(__global const float *x, int x_off, __global f
 
     float inv = 1.0f / s;
     for (k = 0; k < kv; k += VW)
-        STOREV(LOADV(yr, k) * (floatV)(inv), yr, k);
+        vstoreV(vloadV(0, yr + k) * (floatV)(inv), 0, yr + k);
     for (; k < K; k++)
         yr[k] *= inv;
 }

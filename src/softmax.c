@@ -67,14 +67,8 @@ clattn_status clattn__enqueue_softmax(clattn_context *ctx, const clattn_tuning *
     cl_mem lse_buf = lse ? lse->buf : NULL;
     int lse_off = lse ? (int)lse->offset : 0;
     size_t gws = (size_t)nrows, lws = 0, kernel_wg = 0;
-    char defines[600];
-    /* rows on VW-float boundaries of aligned buffers: the row kernel's vector-pointer path */
-    int VW = gpu ? 0 : clattn__tune_int(&t, "VW", 8);
-    int aligned = !gpu && K % VW == 0 && x_off % VW == 0 && y_off % VW == 0 &&
-                  clattn__aligned64(ctx, x->buf) && clattn__aligned64(ctx, y->buf);
     for (;;) {
-        snprintf(defines, sizeof defines, "%s-D ALIGNED=%d", t.defines, aligned);
-        CHECK_ST(clattn__get_kernel(ctx, "softmax.cl", defines,
+        CHECK_ST(clattn__get_kernel(ctx, "softmax.cl", t.defines,
                                     gpu ? "masked_softmax_wg" : "masked_softmax_rows", &k));
         if (!gpu)
             break;
