@@ -83,6 +83,17 @@ fail:
     return st;
 }
 
+#define ADD_NINS 6
+/* Every input of additive attention, for the overlap checks (w already checked non-NULL). */
+static void additive_inputs(const clattn_tensor *q, const clattn_tensor *k,
+                            const clattn_tensor *v, const clattn_additive_weights *w,
+                            clattn_arg ins[ADD_NINS])
+{
+    const clattn_arg all[ADD_NINS] = {{q, "queries"},   {k, "keys"},       {v, "values"},
+                                      {w->W_q, "w.W_q"}, {w->W_k, "w.W_k"}, {w->w_v, "w.w_v"}};
+    memcpy(ins, all, sizeof all);
+}
+
 static clattn_status check_additive(clattn_context *ctx, const clattn_tensor *q,
                                     const clattn_tensor *k, const clattn_tensor *v,
                                     const clattn_additive_weights *w, const clattn_tensor *out,
@@ -107,9 +118,9 @@ static clattn_status check_additive(clattn_context *ctx, const clattn_tensor *q,
     CHECK_ST(check_proj(ctx, w->W_k, "w.W_k", k, "keys", h));
     CHECK_ST(check_wv(ctx, w->w_v, *h, "w.w_v"));
     const clattn_arg outs[2] = {{out, "out"}, {weights, "weights"}};
-    const clattn_arg ins[6] = {{q, "queries"}, {k, "keys"}, {v, "values"},
-                               {w->W_q, "w.W_q"}, {w->W_k, "w.W_k"}, {w->w_v, "w.w_v"}};
-    CHECK_ST(clattn__check_no_overlap(ctx, outs, 2, ins, 6));
+    clattn_arg ins[ADD_NINS];
+    additive_inputs(q, k, v, w, ins);
+    CHECK_ST(clattn__check_no_overlap(ctx, outs, 2, ins, ADD_NINS));
 fail:
     return st;
 }
@@ -134,9 +145,9 @@ clattn_status clattn_additive_attention(clattn_context *ctx, const clattn_tensor
     const clattn_dropout_params *drop;
     const clattn_tensor *lse;
     const clattn_arg outs[2] = {{out, "out"}, {weights, "weights"}};
-    const clattn_arg ins[6] = {{queries, "queries"}, {keys, "keys"}, {values, "values"},
-                               {w->W_q, "w.W_q"}, {w->W_k, "w.W_k"}, {w->w_v, "w.w_v"}};
-    CHECK_ST(clattn__resolve_opts(ctx, opts, 3, sdims, ins, 6, outs, 2, &m, &drop, &lse));
+    clattn_arg ins[ADD_NINS];
+    additive_inputs(queries, keys, values, w, ins);
+    CHECK_ST(clattn__resolve_opts(ctx, opts, 3, sdims, ins, ADD_NINS, outs, 2, &m, &drop, &lse));
     /* scratch: projected queries and keys, then scores (unless returned) and dropped weights */
     size_t nqp = B * nq * h, nkp = B * nk * h, ns = B * nq * nk;
     int dropping = clattn__dropout_active(drop);
