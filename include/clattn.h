@@ -244,6 +244,14 @@ typedef struct {
      * the scaled scores before the mask (SDPA's float attn_mask, relative-position biases): the
      * weights are softmax(mask(scale Q K^T + bias)). Keeps the fused path. Not for decoding. */
     const clattn_tensor *bias;
+    /* Input or NULL: ALiBi slopes, float32, broadcastable (numpy rules) to the scores' leading
+     * dims ((H) or (B, H) for scores (B, H, Q, K), (B) or (1) for (B, Q, K)). Key k of row i of
+     * a head with slope m gets -m * |i + K - Q - k| added after the bias, before the mask
+     * (FlashAttention-2's alibi_slopes: the distance from the bottom-right diagonal, whatever
+     * mask.align says; Press et al. use m = 2^(-8 h / H), h = 1..H). Computed in the kernels: no
+     * (Q, K) tensor exists, and the fused path is kept. Decoding takes it too (Q = the new rows,
+     * K = each sequence's keys). */
+    const clattn_tensor *alibi_slopes;
 } clattn_attention_opts;
 
 /* out = dropout(masked_softmax(Q K^T * scale)) V for Q (.., Q, d), K (.., K, d), V (.., K, dv),
@@ -294,7 +302,7 @@ typedef struct {
  * count from the bottom-right diagonal, key L_b - Qn + i, and need opts.mask.align =
  * CLATTN_ALIGN_BOTTOM_RIGHT; fill as for any mask. The same as clattn_dot_product_attention on
  * each sequence's first L_b keys; a sequence with no keys gets zeros (LSE -inf). opts.scale and
- * opts.lse (B, Hq, Qn) as there. Takes no valid lengths or mask tensor (the cache's lens are the
+ * opts.lse (B, Hq, Qn) and opts.alibi_slopes ((Hq) or (B, Hq)) as there. Takes no valid lengths or mask tensor (the cache's lens are the
  * lengths) and no dropout. The keys are split over work-groups (flash-decoding) and merged, so
  * that one sequence fills the device; nothing waits on the host. */
 CLATTN_API clattn_status clattn_decode_attention(clattn_context *ctx, const clattn_tensor *Q,

@@ -11,6 +11,10 @@
  *                    (strides 0 where the mask broadcasts); NULL = no mask tensor; 0 = blocked.
  * Bias (float, optional): bias, bias_off, bs as mask and ms, added to every score before the mask
  *   (SDPA's float attn_mask); NULL = none.
+ * ALiBi (float, optional): slopes, slopes_off, ss: the slope of batch (d0, d1) at
+ *   slopes[slopes_off + ss.x * d0 + ss.y * d1]; key k of row q then gets CLATTN_ALIBI(slope,
+ *   q + K - Q - k) added after the bias, before the mask (FlashAttention-2's form, from the
+ *   bottom-right diagonal whatever win says); NULL = none.
  * Blocked scores take the value `fill` before the softmax, exactly as masked_fill does. */
 #ifndef CLATTN_COMMON_CL
 #define CLATTN_COMMON_CL
@@ -52,6 +56,18 @@ static inline __global const float *clattn_bias_row(__global const float *bias, 
 {
     return bias ? bias + bias_off + bs.x * d0 + bs.y * d1 + bs.z * q : 0;
 }
+
+/* The slope of batch (d0, d1) (0 when there are none). */
+static inline float clattn_slope(__global const float *slopes, int slopes_off, int2 ss, int d0,
+                                 int d1)
+{
+    return slopes ? slopes[slopes_off + ss.x * d0 + ss.y * d1] : 0.0f;
+}
+
+/* ALiBi's bias at a key `dist` keys before the diagonal (a float or floatn of whole numbers, exact
+ * below 2^24): one rounding, the product's, whatever the vector width, so that every kernel adds
+ * the same value. */
+#define CLATTN_ALIBI(slope, dist) (-((slope) * fabs(dist)))
 
 static inline float clattn_masked(float x, int k, int lo, int limit, __global const int *mrow,
                                   int msk, float fill)

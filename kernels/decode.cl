@@ -10,7 +10,9 @@
  * Sequence b has L = clamp(lens[b], 0, Kmax - A) + A keys, A = Qn when the new keys were appended
  * (decode_append), else 0. Row rr of a K/V head is new row i = rr % Qn, whose diagonal is key
  * L - Qn + i (bottom-right); win = (left, right) bounds its keys to [diag - left, diag + right],
- * -1 unbounded (causal: right 0). Blocked keys score `fill`; they are computed, not skipped (Qn
+ * -1 unbounded (causal: right 0). ALiBi (slopes per (b, h) through ss, see common.cl, or NULL)
+ * adds CLATTN_ALIBI(slope, diag - k) to the scaled score of key k of a row of head h before the
+ * mask. Blocked keys score `fill`; they are computed, not skipped (Qn
  * is small), so 0 * v is NaN where a value is NaN or infinite, as PyTorch's weights @ V.
  * Splits: split s takes keys [s * split, min((s + 1) * split, L)) (split: SK, or less under a loop
  * budget) and writes each row's partial state at
@@ -53,12 +55,20 @@
     __global const float *Q, int q_off, __global const float *K, int k_off,                     \
         __global const float *V, int v_off, __global const int *lens, int lens_off, int Hkv,    \
         int G, int Qn, int Kmax, int A, int d, int dv, int nsplit, int split, float scale,         \
-        int2 win, float fill, __global float *part
+        int2 win, float fill, __global const float *slopes, int slopes_off, int2 ss,             \
+        __global float *part
 
 /* The sequence's number of keys (see the top of the file). */
 static inline int seq_keys(__global const int *lens, int lens_off, int b, int Kmax, int A)
 {
     return clamp(lens[lens_off + b], 0, Kmax - A) + A;
+}
+
+/* The ALiBi slope of row rr of K/V head bh (0 without slopes). */
+static inline float row_slope(__global const float *slopes, int slopes_off, int2 ss, int bh,
+                              int rr, int Hkv, int G, int Qn)
+{
+    return clattn_slope(slopes, slopes_off, ss, bh / Hkv, (bh % Hkv) * G + rr / Qn);
 }
 
 /* Row rr's open keys [lo, hi) among the sequence's L keys. */
@@ -126,11 +136,13 @@ __kernel void decode_cpu(DECODE_PARAMS)
     __global const float *kb = K + k_off + (size_t)bh * Kmax * d;
     __global const float *vb = V + v_off + (size_t)bh * Kmax * dv;
     float16 qv[RQ][DP / 16], acc[RQ][DVP / 16];
-    float m[RQ], l[RQ], sink = 0.0f;
-    int lo[RQ], hi[RQ];
+    float m[RQ], l[RQ], slope[RQ], sink = 0.0f;
+    int lo[RQ], hi[RQ], diag[RQ];
     #pragma unroll
     for (int r = 0; r < RQ; r++) {
         int rr = r0 + min(r, nr - 1); /* rows past R recompute the last one */
+        slope[r] = row_slope(slopes, slopes_off, ss, bh, rr, Hkv, G, Qn);
+        diag[r] = L - Qn + rr % Qn;
         __global const float *qr = Q + q_off + (base + (rr - r0)) * d;
         #pragma unroll
         for (int c = 0; c < DP / 16; c++)
@@ -185,6 +197,8 @@ __kernel void decode_cpu(DECODE_PARAMS)
         for (int r = 0; r < RQ; r++) {
             float16 x = idx < (int16)(k_hi) ? vload16(0, st[r]) * (float16)(scale)
                                              : (float16)(0.0f); /* lanes past the keys: unset */
+            if (slopes)
+                x += CLATTN_ALIBI(slope[r], convert_float16((int16)(diag[r]) - idx));
             x = select((float16)(fill), x, idx >= (int16)(lo[r]) & idx < (int16)(hi[r]));
             x = select((float16)(-INFINITY), x, idx < (int16)(k_hi));
             float bm = hmax16(x), mn = bm > m[r] ? bm : m[r];
@@ -252,16 +266,19 @@ void decode_gpu(DECODE_PARAMS)
     size_t base = (size_t)bh * R + r0;
     __global const float *kb = K + k_off + (size_t)bh * Kmax * d;
     __global const float *vb = V + v_off + (size_t)bh * Kmax * dv;
-    int lo[RQ], hi[RQ];
-    float acc[RQ][NCOL];
+    int lo[RQ], hi[RQ], diag[RQ];
+    float acc[RQ][NCOL], slope[RQ];
     for (int i = t; i < RQ * DP; i += WG) {
         int r = i / DP, e = i % DP;
         qs[r][e] = e < d ? Q[q_off + (base + min(r, nr - 1)) * d + e] : 0.0f;
     }
     for (int r = 0; r < RQ; r++) {
-        int2 bo = row_bounds(r0 + min(r, nr - 1), Qn, L, win);
+        int rr = r0 + min(r, nr - 1);
+        int2 bo = row_bounds(rr, Qn, L, win);
         lo[r] = bo.x;
         hi[r] = bo.y;
+        slope[r] = row_slope(slopes, slopes_off, ss, bh, rr, Hkv, G, Qn);
+        diag[r] = L - Qn + rr % Qn;
         for (int ci = 0; ci < NCOL; ci++)
             acc[r][ci] = 0.0f;
     }
@@ -279,7 +296,10 @@ void decode_gpu(DECODE_PARAMS)
                 a = 0.0f;
                 for (int e = 0; e < d; e++)
                     a = mad(qs[r][e], kr[e], a);
-                a = kk >= lo[r] && kk < hi[r] ? a * scale : fill;
+                a *= scale;
+                if (slopes)
+                    a += CLATTN_ALIBI(slope[r], (float)(diag[r] - kk));
+                a = kk >= lo[r] && kk < hi[r] ? a : fill;
             }
             S[r][t] = a;
         }

@@ -14,7 +14,8 @@
  *
  * Numerics, the same in both variants and the same as the unfused path:
  * - Each score is rounded exactly as the unfused path's scale * (Q K^T), plus the bias if any (one
- *   more rounding, as the softmax kernel adds it), then blocked keys get `fill` (masked_fill),
+ *   more rounding, as the softmax kernel adds it), plus ALiBi's CLATTN_ALIBI if any (one more, as
+ *   there), then blocked keys get `fill` (masked_fill),
  *   then max-subtracted: x = t - m <= 0 exactly, so no exponent is ever
  *   positive, whatever the magnitudes (an intermediate in log2 units could overflow for scales or
  *   fills near FLT_MAX).
@@ -98,7 +99,8 @@
 #define FLASH_MASK_PARAMS                                                                        \
     int D1, int G, __global const int *lens, int lens_off, int lens_mode,                       \
         __global const int *mask, int mask_off, int4 ms, int4 win, float fill,                  \
-        __global const float *bias, int bias_off, int4 bs
+        __global const float *bias, int bias_off, int4 bs, __global const float *slopes,          \
+        int slopes_off, int2 ss
 #define FLASH_DROP_PARAMS int drop, uint2 seed, uint2 offset, uint threshold, float dscale
 
 /* element (row, 0) of batch bb in an operand with layout l (see the top of the file) */
@@ -318,6 +320,7 @@ __kernel void flash_cpu(__global const float *Q, int4 ql, __global const float *
         return; /* padding of the global size: every row is past nq */
     int d0 = bb / D1, d1 = bb % D1, kb = d0 * (D1 / G) + d1 / G; /* kb: the K/V batch */
     const float negligible = fill + NEGLIGIBLE;
+    const float slope = clattn_slope(slopes, slopes_off, ss, d0, d1);
     /* state of the QG row groups, kept in memory between key blocks; a group is done once it
      * skips the rest of the keys */
     int grow[QG][QR], glimit[QG][QR], glo[QG][QR], gmax[QG], gmin[QG], gmaxlo[QG], gdone[QG];
@@ -416,6 +419,16 @@ __kernel void flash_cpu(__global const float *Q, int4 ql, __global const float *
                     #pragma unroll
                     for (int j = 0; j < NKV; j++)
                         s[r][j] += bias16(brow, kbase + 16 * j, nk, bs.w);
+                }
+            }
+            if (slopes) {
+                #pragma unroll
+                for (int r = 0; r < QR; r++) {
+                    int diag = grow[gi][r] + nk - nq - kbase; /* relative to the block */
+                    #pragma unroll
+                    for (int j = 0; j < NKV; j++)
+                        s[r][j] += CLATTN_ALIBI(slope, convert_float16((int16)(diag - 16 * j) -
+                                                                       LANES16));
                 }
             }
             if (mask || kbase + KB > gmin[gi] || kbase < gmaxlo[gi]) { /* blocked or padding keys */
@@ -561,6 +574,7 @@ void flash_gpu(__global const float *Q, int4 ql, __global const float *K, int4 k
     int lo = clattn_row_lo(rowc, nk, win);
     __global const int *mrow = clattn_mask_row(mask, mask_off, ms, d0, d1, rowc);
     __global const float *brow = clattn_bias_row(bias, bias_off, bs, d0, d1, rowc);
+    float slope = clattn_slope(slopes, slopes_off, ss, d0, d1);
     __global float *orow = O + flash_at(ol, D1, bb, rowc);
     __global float *st = part ? part + part_off + ((size_t)bb * nq + rowc) * 3 : 0;
     float q[DP], acc[DVP], m = -INFINITY, l = 0.0f;
@@ -625,6 +639,8 @@ void flash_gpu(__global const float *Q, int4 ql, __global const float *K, int4 k
             a *= scale;
             if (brow && kk < nk)
                 a += brow[bs.w * kk];
+            if (slopes)
+                a += CLATTN_ALIBI(slope, (float)(rowc + nk - nq - kk));
             a = clattn_masked(a, kk, lo, limit, mrow, ms.w, fill);
             s[k] = kk < nk ? a : -INFINITY;
             bm = fmax(bm, s[k]);

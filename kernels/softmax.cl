@@ -2,8 +2,8 @@
  *
  * Layout: x and y are row-major (D0, D1, Q, K) float32 starting at element offsets x_off, y_off;
  * nrows = D0 * D1 * Q. y may alias x. lse: NULL, or row r's log-sum-exp at lse[lse_off + r]. A bias
- * (common.cl) is added to each score before the mask; y aliasing x reads each score once before
- * it writes it.
+ * and ALiBi (common.cl) are added to each score before the mask; y aliasing x reads each score
+ * once before it writes it.
  * Mask arguments as described in common.cl.
  * A row whose maximum is -inf (every score -inf) subtracts 0 instead: its exponentials are 0, so
  * its log-sum-exp is log(0) = -inf and its outputs 0 * (1 / 0) = NaN, as PyTorch's softmax.
@@ -30,30 +30,56 @@
 #define MASK_PARAMS                                                                              \
     int Q, int D1, __global const int *lens, int lens_off, int lens_mode,                        \
         __global const int *mask, int mask_off, int4 ms, int4 win, float fill,                   \
-        __global const float *bias, int bias_off, int4 bs
+        __global const float *bias, int bias_off, int4 bs, __global const float *slopes,         \
+        int slopes_off, int2 ss
 
 #if VW == 16
 #define floatV float16
 #define intV int16
 #define vloadV vload16
 #define vstoreV vstore16
+#define convert_floatV convert_float16
 #define LANES (int16)(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15)
 #else
 #define floatV float8
 #define intV int8
 #define vloadV vload8
 #define vstoreV vstore8
+#define convert_floatV convert_float8
 #define LANES (int8)(0, 1, 2, 3, 4, 5, 6, 7)
 #endif
 
+/* What a row adds to its scores before the mask: the bias row (NULL: none; key stride bsk, 1 or
+ * 0 where it broadcasts), then ALiBi (when alibi) with this slope and the key on the row's
+ * bottom-right diagonal. */
+typedef struct {
+    __global const float *brow;
+    int bsk, alibi, diag;
+    float slope;
+} addend;
+
+static inline addend row_addend(__global const float *bias, int bias_off, int4 bs,
+                                __global const float *slopes, int slopes_off, int2 ss, int d0,
+                                int d1, int q, int Q, int K)
+{
+    addend a;
+    a.brow = clattn_bias_row(bias, bias_off, bs, d0, d1, q);
+    a.bsk = bs.w;
+    a.alibi = slopes != 0;
+    a.slope = clattn_slope(slopes, slopes_off, ss, d0, d1);
+    a.diag = q + K - Q;
+    return a;
+}
+
 /* VW masked scores starting at key k (all < K). */
 static inline floatV masked_vec(__global const float *x, int k, int lo, int limit,
-                                __global const int *mrow, int msk, float fill,
-                                __global const float *brow, int bsk)
+                                __global const int *mrow, int msk, float fill, addend ad)
 {
     floatV v = vloadV(0, x + k);
-    if (brow) /* the bias before the mask; its key stride is 1, or 0 where it broadcasts */
-        v += bsk ? vloadV(0, brow + k) : (floatV)(brow[0]);
+    if (ad.brow)
+        v += ad.bsk ? vloadV(0, ad.brow + k) : (floatV)(ad.brow[0]);
+    if (ad.alibi)
+        v += CLATTN_ALIBI(ad.slope, convert_floatV((intV)(ad.diag - k) - LANES));
     intV idx = (intV)(k) + LANES;
     intV ok = idx >= (intV)(lo) & idx < (intV)(limit);
     if (mrow) {
@@ -66,10 +92,15 @@ static inline floatV masked_vec(__global const float *x, int k, int lo, int limi
     return select((floatV)(fill), v, ok);
 }
 
-/* Score k of row xr plus its bias, if any. */
-static inline float biased(__global const float *xr, int k, __global const float *brow, int bsk)
+/* Score k of row xr plus its addend. */
+static inline float biased(__global const float *xr, int k, addend ad)
 {
-    return brow ? xr[k] + brow[bsk * k] : xr[k];
+    float x = xr[k];
+    if (ad.brow)
+        x += ad.brow[ad.bsk * k];
+    if (ad.alibi)
+        x += CLATTN_ALIBI(ad.slope, (float)(ad.diag - k));
+    return x;
 }
 
 /* Horizontal reductions of a floatV. The upper half is gathered by components rather than .hi:
@@ -154,10 +185,10 @@ __kernel void masked_softmax_rows(__global const float *x, int x_off, __global f
     int limit = clattn_row_limit(d0, q, K, lens, lens_off, lens_mode, Q, win);
     int lo = clattn_row_lo(q, K, win);
     __global const int *mrow = clattn_mask_row(mask, mask_off, ms, d0, d1, q);
-    __global const float *brow = clattn_bias_row(bias, bias_off, bs, d0, d1, q);
+    addend ad = row_addend(bias, bias_off, bs, slopes, slopes_off, ss, d0, d1, q, Q, K);
     __global const float *xr = x + x_off + (size_t)r * K;
     __global float *yr = y + y_off + (size_t)r * K;
-    if (!mrow && !brow && lo == 0) {
+    if (!mrow && !ad.brow && !ad.alibi && lo == 0) {
         float l = softmax_prefix(xr, yr, K, limit, fill);
         if (lse)
             lse[lse_off + r] = l;
@@ -168,21 +199,21 @@ __kernel void masked_softmax_rows(__global const float *x, int x_off, __global f
     floatV mv = (floatV)(-INFINITY);
     float m = -INFINITY;
     for (k = 0; k < kv; k += VW)
-        mv = fmax(mv, masked_vec(xr, k, lo, limit, mrow, ms.w, fill, brow, bs.w));
+        mv = fmax(mv, masked_vec(xr, k, lo, limit, mrow, ms.w, fill, ad));
     for (; k < K; k++)
-        m = fmax(m, clattn_masked(biased(xr, k, brow, bs.w), k, lo, limit, mrow, ms.w, fill));
+        m = fmax(m, clattn_masked(biased(xr, k, ad), k, lo, limit, mrow, ms.w, fill));
     m = fmax(m, hmax(mv));
     m = m == -INFINITY ? 0.0f : m;
 
     floatV sv = (floatV)(0.0f);
     float s = 0.0f;
     for (k = 0; k < kv; k += VW) {
-        floatV e = exp(masked_vec(xr, k, lo, limit, mrow, ms.w, fill, brow, bs.w) - (floatV)(m));
+        floatV e = exp(masked_vec(xr, k, lo, limit, mrow, ms.w, fill, ad) - (floatV)(m));
         sv += e;
         vstoreV(e, 0, yr + k);
     }
     for (; k < K; k++) {
-        float e = exp(clattn_masked(biased(xr, k, brow, bs.w), k, lo, limit, mrow, ms.w, fill) - m);
+        float e = exp(clattn_masked(biased(xr, k, ad), k, lo, limit, mrow, ms.w, fill) - m);
         s += e;
         yr[k] = e;
     }
@@ -207,13 +238,13 @@ void masked_softmax_wg(__global const float *x, int x_off, __global float *y, in
     int limit = clattn_row_limit(d0, q, K, lens, lens_off, lens_mode, Q, win);
     int lo = clattn_row_lo(q, K, win);
     __global const int *mrow = clattn_mask_row(mask, mask_off, ms, d0, d1, q);
-    __global const float *brow = clattn_bias_row(bias, bias_off, bs, d0, d1, q);
+    addend ad = row_addend(bias, bias_off, bs, slopes, slopes_off, ss, d0, d1, q, Q, K);
     __global const float *xr = x + x_off + (size_t)r * K;
     __global float *yr = y + y_off + (size_t)r * K;
 
     float m = -INFINITY;
     for (int k = t; k < K; k += WG)
-        m = fmax(m, clattn_masked(biased(xr, k, brow, bs.w), k, lo, limit, mrow, ms.w, fill));
+        m = fmax(m, clattn_masked(biased(xr, k, ad), k, lo, limit, mrow, ms.w, fill));
     red[t] = m;
     barrier(CLK_LOCAL_MEM_FENCE);
     for (int w = WG / 2; w > 0; w >>= 1) {
@@ -226,7 +257,7 @@ void masked_softmax_wg(__global const float *x, int x_off, __global float *y, in
 
     float s = 0.0f;
     for (int k = t; k < K; k += WG) {
-        float e = exp(clattn_masked(biased(xr, k, brow, bs.w), k, lo, limit, mrow, ms.w, fill) - m);
+        float e = exp(clattn_masked(biased(xr, k, ad), k, lo, limit, mrow, ms.w, fill) - m);
         s += e;
         yr[k] = e;
     }

@@ -64,6 +64,12 @@ clattn_status clattn__resolve_opts(clattn_context *ctx, const clattn_attention_o
         CHECK_ST(clattn__resolve_bias(ctx, opts->bias, rank, sdims, "opts.bias", m));
         CHECK_ST(clattn__check_no_overlap(ctx, all, nouts + 1, b, 1));
     }
+    if (opts && opts->alibi_slopes) {
+        const clattn_arg a[1] = {{opts->alibi_slopes, "opts.alibi_slopes"}};
+        CHECK_ST(clattn__resolve_slopes(ctx, opts->alibi_slopes, rank, sdims,
+                                        "opts.alibi_slopes", m));
+        CHECK_ST(clattn__check_no_overlap(ctx, all, nouts + 1, a, 1));
+    }
 fail:
     return st;
 }

@@ -87,7 +87,8 @@ fail:
     return st;
 }
 
-/* What decoding takes from opts: scale, lse, causal, a window and the fill (bottom-right). */
+/* What decoding takes from opts: scale, lse, causal, a window and the fill (bottom-right), ALiBi
+ * slopes. */
 static clattn_status check_opts(clattn_context *ctx, const clattn_attention_opts *opts,
                                 const clattn_tensor *Q, const clattn_kv_cache *c,
                                 clattn_mask_args *m, const clattn_tensor **lse)
@@ -157,6 +158,9 @@ typedef struct {
     float scale;
     cl_int2 win;
     float fill;
+    cl_mem slopes; /* ALiBi, or NULL */
+    int slopes_off;
+    cl_int2 ss;
 } decode_plan;
 
 static void kernel_defines(const clattn_tuning *t, const decode_plan *p, char *buf, size_t n)
@@ -213,6 +217,9 @@ static clattn_status make_plan(clattn_context *ctx, clattn_tuning *t, const clat
     p->win.s[0] = m->win.s[1];
     p->win.s[1] = m->win.s[2];
     p->fill = m->fill;
+    p->slopes = m->slopes;
+    p->slopes_off = m->slopes_off;
+    p->ss = m->ss;
     if (p->gpu) {
         long fixed, per_tile;
         CHECK_ST(fit_group(ctx, t, p));
@@ -282,7 +289,8 @@ static clattn_status enqueue_splits(clattn_context *ctx, const clattn_tuning *t,
                               ARG(k_off), ARG(c->v_cache->buf), ARG(v_off), ARG(c->lens->buf),
                               ARG(l_off), ARG(p->Hkv), ARG(p->G), ARG(p->Qn), ARG(p->Kmax),
                               ARG(p->A), ARG(p->d), ARG(p->dv), ARG(p->nsplit), ARG(p->SK),
-                              ARG(p->scale), ARG(p->win), ARG(p->fill), ARG(part), ARGS_END));
+                              ARG(p->scale), ARG(p->win), ARG(p->fill), ARG(p->slopes),
+                              ARG(p->slopes_off), ARG(p->ss), ARG(part), ARGS_END));
     size_t groups = clattn__div_up((size_t)p->G * p->Qn, (size_t)p->RQ);
     size_t gws[3] = {(size_t)p->nsplit * p->WG, groups, (size_t)p->B * p->Hkv};
     size_t lws[3] = {(size_t)p->WG, 1, 1};

@@ -76,13 +76,14 @@ static clattn_status set_tail(clattn_context *ctx, cl_kernel k, cl_uint first,
     clattn_status st = CLATTN_SUCCESS;
     const void *ptr[] = {&m->D1,   &a->G,       &m->lens,    &m->lens_off, &m->lens_mode,
                          &m->mask, &m->mask_off, &m->ms,     &m->win,      &m->fill,
-                         &m->bias, &m->bias_off, &m->bs,
+                         &m->bias, &m->bias_off, &m->bs, &m->slopes, &m->slopes_off, &m->ss,
                          &a->drop, &a->seed,    &a->offset, &a->threshold, &a->dscale};
     const size_t size[] = {sizeof m->D1,   sizeof a->G,        sizeof m->lens,
                            sizeof m->lens_off, sizeof m->lens_mode, sizeof m->mask,
                            sizeof m->mask_off, sizeof m->ms,      sizeof m->win,
                            sizeof m->fill,     sizeof m->bias,    sizeof m->bias_off,
-                           sizeof m->bs,       sizeof a->drop,    sizeof a->seed,
+                           sizeof m->bs,       sizeof m->slopes,  sizeof m->slopes_off,
+                           sizeof m->ss,       sizeof a->drop,    sizeof a->seed,
                            sizeof a->offset,   sizeof a->threshold, sizeof a->dscale};
     for (cl_uint i = 0; i < sizeof size / sizeof size[0]; i++)
         CHECK_CL(ctx, clSetKernelArg(k, first + i, size[i], ptr[i]), "clSetKernelArg(flash)");

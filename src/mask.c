@@ -61,6 +61,37 @@ fail:
     return st;
 }
 
+clattn_status clattn__resolve_slopes(clattn_context *ctx, const clattn_tensor *slopes, int rank,
+                                     const size_t *sdims, const char *name, clattn_mask_args *o)
+{
+    clattn_status st = CLATTN_SUCCESS;
+    char shape[96];
+    int lead = rank - 2, s[4] = {0, 0, 0, 0};
+    CHECK(ctx, lead > 0, CLATTN_ERROR_SHAPE_MISMATCH,
+          "%s: scores of rank %d have no leading (batch or head) dims to give slopes to", name,
+          rank);
+    CHECK_ST(clattn__check_tensor(ctx, slopes, name, CLATTN_FLOAT32, 1, 2));
+    CHECK(ctx, slopes->ndim <= lead, CLATTN_ERROR_SHAPE_MISMATCH,
+          "%s: shape %s has more dims than the scores' %d leading ones", name,
+          clattn__shape_str(slopes, shape, sizeof shape), lead);
+    size_t stride = 1;
+    for (int i = slopes->ndim - 1; i >= 0; i--) {
+        int axis = lead - slopes->ndim + i;
+        CHECK(ctx, slopes->dims[i] == 1 || slopes->dims[i] == sdims[axis],
+              CLATTN_ERROR_SHAPE_MISMATCH, "%s: shape %s does not broadcast to the scores' "
+              "leading dims: dim %d is %zu, expected 1 or %zu", name,
+              clattn__shape_str(slopes, shape, sizeof shape), i, slopes->dims[i], sdims[axis]);
+        s[slot_of[rank][axis]] = slopes->dims[i] == 1 ? 0 : (int)stride;
+        stride *= slopes->dims[i];
+    }
+    o->slopes = slopes->buf;
+    o->slopes_off = (int)slopes->offset;
+    o->ss.s[0] = s[0];
+    o->ss.s[1] = s[1];
+fail:
+    return st;
+}
+
 static clattn_status check_lens_shape(clattn_context *ctx, int ndim, const size_t *dims,
                                       const clattn_mask_args *o, const char *name)
 {

@@ -18,6 +18,9 @@ typedef struct {
     cl_mem bias;       /* float, added to the scores before the mask; NULL when none */
     int bias_off;
     cl_int4 bs;        /* bias strides, as ms */
+    cl_mem slopes;     /* float ALiBi slopes per (D0, D1); NULL when none */
+    int slopes_off;
+    cl_int2 ss;        /* slope strides over (D0, D1), 0 where they broadcast */
     cl_mem owned_lens; /* uploaded host lengths; release with clattn__mask_release */
 } clattn_mask_args;
 
@@ -35,6 +38,11 @@ clattn_status clattn__resolve_mask_dims(clattn_context *ctx, const clattn_mask *
 clattn_status clattn__resolve_bias(clattn_context *ctx, const clattn_tensor *bias, int score_rank,
                                    const size_t *score_dims, const char *name,
                                    clattn_mask_args *o);
+/* ALiBi slopes broadcastable (numpy rules) to the leading dims of scores of the given shape
+ * (all but the last two) into o. */
+clattn_status clattn__resolve_slopes(clattn_context *ctx, const clattn_tensor *slopes,
+                                     int score_rank, const size_t *score_dims, const char *name,
+                                     clattn_mask_args *o);
 /* 1 when lengths, causality or the window's right side end some rows before key K (the fused
  * kernels then skip trailing key blocks and need the value sums of flash_vtail). */
 int clattn__mask_limits_rows(const clattn_mask_args *m);

@@ -89,7 +89,8 @@ clattn_status clattn__enqueue_softmax(clattn_context *ctx, const clattn_tuning *
                               ARG(m->Q), ARG(m->D1), ARG(m->lens), ARG(m->lens_off),
                               ARG(m->lens_mode), ARG(m->mask), ARG(m->mask_off), ARG(m->ms),
                               ARG(m->win), ARG(m->fill), ARG(m->bias), ARG(m->bias_off),
-                              ARG(m->bs), ARGS_END));
+                              ARG(m->bs), ARG(m->slopes), ARG(m->slopes_off), ARG(m->ss),
+                              ARGS_END));
     CHECK_ST(clattn__launch(ctx, k, 1, &gws, lws ? &lws : NULL, "masked_softmax"));
 fail:
     return st;

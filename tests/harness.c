@@ -190,6 +190,32 @@ void h_assert_error(clattn_status got, clattn_status want, const char *needle)
         fail_msg("message \"%s\" does not name \"%s\"", msg, needle);
 }
 
+/* c's ALiBi slopes for scores of this rank into hm (their tensor and the reference's) */
+static void make_slopes(h_mask *hm, const h_mask_spec *c, int rank)
+{
+    size_t n = 1, stride = 1, H = c->alibi_dims[c->alibi_rank - 1];
+    for (int i = 0; i < c->alibi_rank; i++)
+        n *= c->alibi_dims[i];
+    float *sf = malloc(n * sizeof *sf);
+    hm->slopes = malloc(n * sizeof *hm->slopes);
+    if (c->alibi_mag > 0)
+        h_fill(sf, n, 0, c->alibi_mag);
+    for (size_t i = 0; i < n; i++) {
+        if (c->alibi_mag <= 0)
+            sf[i] = (float)pow(2.0, -8.0 * (double)(i % H + 1) / (double)H);
+        hm->slopes[i] = sf[i];
+    }
+    for (int i = c->alibi_rank - 1; i >= 0; i--) {
+        int axis = rank - 2 - c->alibi_rank + i; /* a leading dim: (D0, D1) slot 0 or 1 */
+        int slot = rank == 4 ? axis : 0;
+        hm->r.ss[slot] = c->alibi_dims[i] == 1 ? 0 : (long)stride;
+        stride *= c->alibi_dims[i];
+    }
+    hm->r.slopes = hm->slopes;
+    hm->ta = h_tensor(CLATTN_FLOAT32, c->alibi_rank, c->alibi_dims, sf);
+    free(sf);
+}
+
 void h_mask_make(h_mask *hm, const h_mask_spec *c, int rank, const size_t *sdims)
 {
     static const int slot[5][4] = {{0}, {3}, {2, 3}, {0, 2, 3}, {0, 1, 2, 3}};
@@ -199,7 +225,8 @@ void h_mask_make(h_mask *hm, const h_mask_spec *c, int rank, const size_t *sdims
         d4[slot[rank][i]] = sdims[i];
     size_t D0 = d4[0], Q = d4[2], K = d4[3];
     ref_mask r = {(int)D0, (int)d4[1], (int)Q, (int)K, NULL, 0, NULL, {0, 0, 0, 0}, c->causal,
-                  c->fill != 0 ? c->fill : CLATTN_DEFAULT_FILL, 0, 0, 0, 0, NULL, {0, 0, 0, 0}};
+                  c->fill != 0 ? c->fill : CLATTN_DEFAULT_FILL, 0, 0, 0, 0, NULL, {0, 0, 0, 0},
+                  NULL, {0, 0}};
     r.align = c->align;
     r.window = c->window;
     r.window_left = c->window_left;
@@ -267,6 +294,8 @@ void h_mask_make(h_mask *hm, const h_mask_spec *c, int rank, const size_t *sdims
         hm->tb = h_tensor(CLATTN_FLOAT32, c->bias_rank, c->bias_dims, bf);
         free(bf);
     }
+    if (c->alibi_rank)
+        make_slopes(hm, c, rank);
 }
 
 void h_mask_free(h_mask *hm)
@@ -274,7 +303,9 @@ void h_mask_free(h_mask *hm)
     clattn_tensor_release(&hm->tl);
     clattn_tensor_release(&hm->tm);
     clattn_tensor_release(&hm->tb);
+    clattn_tensor_release(&hm->ta);
     free(hm->lens);
     free(hm->mask);
     free(hm->bias);
+    free(hm->slopes);
 }

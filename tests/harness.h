@@ -72,13 +72,18 @@ typedef struct {
     size_t bias_dims[4];
     double bias_mag;       /* uniform in [-bias_mag, bias_mag]; 0 means 2 */
     int bias_ninf;         /* > 0: every bias_ninf-th entry is -inf (SDPA's float masks) */
+    int alibi_rank;        /* 0: no ALiBi; else slopes of alibi_dims (opts.alibi_slopes) */
+    size_t alibi_dims[2];
+    double alibi_mag;      /* slopes uniform in [0, alibi_mag]; 0 means Press et al.'s 2^(-8 h / H)
+                              over the last dim's H */
 } h_mask_spec;
 typedef struct {
     clattn_mask m;
     ref_mask r;
     clattn_tensor tl, tm, tb; /* tb: the bias (buf NULL when none), for opts.bias */
+    clattn_tensor ta;         /* the ALiBi slopes (buf NULL when none), for opts.alibi_slopes */
     int *lens, *mask;
-    double *bias;
+    double *bias, *slopes;
 } h_mask;
 /* Scores of rank 1-4 with dims sdims (last two Q, K). */
 void h_mask_make(h_mask *hm, const h_mask_spec *spec, int rank, const size_t *sdims);

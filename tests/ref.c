@@ -48,6 +48,8 @@ double ref_masked_score(const ref_mask *m, int d0, int d1, int q, int k, double 
         return m->fill;
     if (m->bias)
         x += m->bias[m->bs[0] * d0 + m->bs[1] * d1 + m->bs[2] * q + m->bs[3] * k];
+    if (m->slopes)
+        x -= m->slopes[m->ss[0] * d0 + m->ss[1] * d1] * fabs((double)q + m->K - m->Q - k);
     return x;
 }
 

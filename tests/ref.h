@@ -26,9 +26,13 @@ typedef struct {
      * bs[0] d0 + bs[1] d1 + bs[2] q + bs[3] k */
     const double *bias;
     long bs[4];
+    /* NULL, or ALiBi slopes: batch (d0, d1)'s at ss[0] d0 + ss[1] d1; key k of row q gets
+     * -slope |q + K - Q - k| after the bias */
+    const double *slopes;
+    long ss[2];
 } ref_mask;
 
-/* Score x of row (d0, d1, q), key k after the bias and the mask. */
+/* Score x of row (d0, d1, q), key k after the bias, ALiBi and the mask. */
 double ref_masked_score(const ref_mask *m, int d0, int d1, int q, int k, double x);
 
 /* 1 when key k of row (d0, d1, q) is blocked. */

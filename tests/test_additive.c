@@ -72,6 +72,7 @@ static void run(const add_case *c)
     o.dropout.seed = c->seed;
     o.lse = &tl;
     o.bias = hm.tb.buf ? &hm.tb : NULL;
+    o.alibi_slopes = hm.ta.buf ? &hm.ta : NULL;
     if (clattn_additive_attention(h_ctx, &tq, &tk, &tv, &w, &o, &to, c->no_weights ? NULL : &tw) !=
         CLATTN_SUCCESS)
         fail_msg("additive_attention: %s", clattn_last_error(h_ctx));
@@ -144,7 +145,9 @@ static void test_masks(void **s)
           {2, 8, 8, 5, 5, 3, 8, {H_LENS_1D, .causal = 1}},
           {2, 6, 11, 5, 7, 3, 8, {.mask_rank = 2, .mask_dims = {6, 11}}},
           {2, 6, 11, 5, 7, 3, 8, {H_LENS_1D, .bias_rank = 3, .bias_dims = {2, 6, 11},
-                                  .bias_ninf = 7}});
+                                  .bias_ninf = 7}},
+          {2, 6, 11, 5, 7, 3, 8, {.causal = 1, .alibi_rank = 1, .alibi_dims = {2},
+                                  .alibi_mag = 2}});
 }
 
 static void test_dropout(void **s)

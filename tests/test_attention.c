@@ -130,6 +130,7 @@ static clattn_attention_opts make_opts(const att_case *c, const h_mask *hm)
     opts.dropout.seed = c->seed;
     opts.scale = c->scale;
     opts.bias = hm->tb.buf ? &hm->tb : NULL;
+    opts.alibi_slopes = hm->ta.buf ? &hm->ta : NULL;
     return opts;
 }
 
@@ -612,6 +613,35 @@ static void test_bias(void **s)
            .seed = 5});
 }
 
+/* ALiBi slopes, (H), (B, H), (B) and broadcast (1), computed in the kernels: Press et al.'s
+ * slopes and random ones up to 30 (logits to -3e3 across a row), every mask kind, Q != K (the
+ * distance counts from the bottom-right diagonal, also under top-left causal), a float bias
+ * beside them, GQA, dropout, one key, key blocks +- 1 and 4097 keys. */
+static void test_alibi(void **s)
+{
+    (void)s;
+    static const int l1[] = {0, 40, 3};
+    CASES({2, {2, 3}, 37, 37, 16, 16, {.causal = 1, .alibi_rank = 1, .alibi_dims = {3}}},
+          {2, {2, 3}, 7, 40, 8, 6, {.causal = 1, .align = 1, .alibi_rank = 2,
+                                    .alibi_dims = {2, 3}, .alibi_mag = 1}},
+          {1, {3}, 9, 40, 12, 5, {H_LENS_1D, 0, l1, .fill = -INFINITY, .alibi_rank = 1,
+                                  .alibi_dims = {3}, .alibi_mag = 30}},
+          {2, {2, 3}, 20, 9, 8, 8, {.causal = 1, .alibi_rank = 1, .alibi_dims = {1}}},
+          {2, {2, 2}, 6, 33, 8, 8, {.mask_rank = 2, .mask_dims = {6, 33}, .alibi_rank = 2,
+                                    .alibi_dims = {2, 1}, .alibi_mag = 2}},
+          {1, {2}, 20, 130, 16, 16, {H_LENS_2D, .window = 1, .window_left = 20,
+                                     .window_right = 5, .align = 1, .bias_rank = 3,
+                                     .bias_dims = {2, 20, 130}, .alibi_rank = 1,
+                                     .alibi_dims = {2}, .alibi_mag = 1}},
+          {2, {2, 4}, 5, 40, 16, 16, {.causal = 1, .align = 1, .alibi_rank = 1,
+                                      .alibi_dims = {4}}, .hkv = 2},
+          {2, {1, 8}, 1, 65, 32, 32, {.alibi_rank = 1, .alibi_dims = {8}}, .hkv = 1},
+          {2, {1, 2}, 63, 1, 8, 8, {.alibi_rank = 1, .alibi_dims = {2}, .alibi_mag = 30}},
+          {1, {2}, 16, 24, 8, 8, {.alibi_rank = 1, .alibi_dims = {2}}, .p = 0.3f, .seed = 5},
+          {2, {1, 2}, 3, 4097, 8, 8, {H_LENS_1D, .causal = 1, .align = 1, .alibi_rank = 1,
+                                      .alibi_dims = {2}, .alibi_mag = 0.01}});
+}
+
 /* The fused GPU kernel over its keys in several launches (a loop budget, LOOPS) computes bit for
  * bit what one launch does, outputs and LSEs: rows that stop early (lengths, causal), values past the stop that are
  * NaN, -inf fills, dropout, huge scores, the largest head sizes. The split shows in the scratch:
@@ -671,6 +701,7 @@ int main(void)
         cmocka_unit_test(test_dropout_reproducible), cmocka_unit_test(test_explicit_scale),
         cmocka_unit_test(test_neg_inf_fill), cmocka_unit_test(test_huge_scores),
         cmocka_unit_test(test_bias),
+        cmocka_unit_test(test_alibi),
         cmocka_unit_test(test_identical_keys_huge), cmocka_unit_test(test_nan_in_blocked_rows),
         cmocka_unit_test(test_many_head_sizes), cmocka_unit_test(test_long_keys),
         cmocka_unit_test(test_split_launches),  cmocka_unit_test(test_grouped_query),

@@ -56,6 +56,9 @@ static clattn_attention_opts dopts_lens, dopts_causal_tl, dopts_drop;
 /* Issue 11: float biases. */
 static clattn_tensor bias_bad, bias_int, bias_in_out, bias_ok;
 static clattn_attention_opts opts_bias_bad, opts_bias_int, opts_bias_in_out, opts_bias_ok;
+/* ALiBi slopes. */
+static clattn_tensor sl_bad, sl_int, sl_rank, sl_in_out, sl_ok, q2, k2, v2, o2;
+static clattn_attention_opts opts_sl_bad, opts_sl_int, opts_sl_rank, opts_sl_in_out, opts_sl_ok;
 
 static clattn_tensor mk(int ndim, const size_t *dims, float lo)
 {
@@ -166,6 +169,21 @@ static void make_decode_views(void)
     opts_bias_int.bias = &bias_int;
     opts_bias_in_out.bias = &bias_in_out;
     opts_bias_ok.bias = &bias_ok;
+    sl_bad = view(&S, 0, 1, H_DIMS(3)); /* scores (2, 5, 6): one leading dim of 2 */
+    sl_int = view(&S, 0, 1, H_DIMS(2));
+    sl_int.dtype = CLATTN_INT32;
+    sl_rank = view(&S, 0, 2, H_DIMS(1, 2));
+    sl_in_out = view(&O, 0, 1, H_DIMS(2));
+    sl_ok = view(&S, 0, 1, H_DIMS(2));
+    opts_sl_bad.alibi_slopes = &sl_bad;
+    opts_sl_int.alibi_slopes = &sl_int;
+    opts_sl_rank.alibi_slopes = &sl_rank;
+    opts_sl_in_out.alibi_slopes = &sl_in_out;
+    opts_sl_ok.alibi_slopes = &sl_ok;
+    q2 = view(&Q, 0, 2, H_DIMS(5, 8));
+    k2 = view(&Kk, 0, 2, H_DIMS(6, 8));
+    v2 = view(&V, 0, 2, H_DIMS(6, 3));
+    o2 = view(&O, 0, 2, H_DIMS(5, 3));
 }
 
 static void make_lse_views(void)
@@ -770,7 +788,19 @@ static clattn_status wrap_with(cl_context c, cl_device_id d, cl_command_queue q)
     X(attention_bias_in_out, INVALID_ARGUMENT, "out: overlaps opts.bias",                      \
       clattn_dot_product_attention(CTX, &Q, &Kk, &V, &opts_bias_in_out, &O, NULL))             \
     X(decode_bias, INVALID_ARGUMENT, "opts.bias: decoding", clattn_decode_attention(CTX, &dq,  \
-      &dc, &opts_bias_ok, &dout))
+      &dc, &opts_bias_ok, &dout))                                                              \
+    X(attention_alibi_shape, SHAPE_MISMATCH, "opts.alibi_slopes: shape (3) does not broadcast", \
+      clattn_dot_product_attention(CTX, &Q, &Kk, &V, &opts_sl_bad, &O, NULL))                  \
+    X(attention_alibi_int, INVALID_TENSOR, "opts.alibi_slopes", clattn_dot_product_attention(   \
+      CTX, &Q, &Kk, &V, &opts_sl_int, &O, &Wt))                                                \
+    X(attention_alibi_rank, SHAPE_MISMATCH, "opts.alibi_slopes: shape (1, 2) has more dims",   \
+      clattn_dot_product_attention(CTX, &Q, &Kk, &V, &opts_sl_rank, &O, NULL))                 \
+    X(attention_alibi_in_out, INVALID_ARGUMENT, "out: overlaps opts.alibi_slopes",             \
+      clattn_dot_product_attention(CTX, &Q, &Kk, &V, &opts_sl_in_out, &O, NULL))               \
+    X(attention_alibi_no_heads, SHAPE_MISMATCH, "opts.alibi_slopes: scores of rank 2",         \
+      clattn_dot_product_attention(CTX, &q2, &k2, &v2, &opts_sl_ok, &o2, NULL))                \
+    X(decode_alibi_shape, SHAPE_MISMATCH, "opts.alibi_slopes", clattn_decode_attention(CTX,    \
+      &dq, &dc, &opts_sl_bad, &dout))
 
 typedef struct {
     const char *name;

@@ -19,6 +19,8 @@ typedef struct {
     double qscale;
     int nan_v; /* > 0: value row L_b - nan_v of every sequence is NaN (a key inside the prefix) */
     int negative; /* every score negative: Q in [-qscale, 0], K in [0, 1] */
+    int alibi;    /* ALiBi slopes: 0 none, 1 per head (Hq), 2 per sequence and head (B, Hq) */
+    double alibi_mag; /* slopes uniform in [0, alibi_mag]; 0: Press et al.'s 2^(-8 h / Hq) */
 } dec_case;
 
 static int clamp_len(int v, int hi)
@@ -29,7 +31,8 @@ static int clamp_len(int v, int hi)
 /* The reference for sequence b: attention of its Hq x Qn rows over its L keys, the cache's first
  * L rows of each K/V head repeated per query head (ref_attention's layout), masks bottom-right. */
 static void reference(const dec_case *c, int b, int L, const float *q, const float *kc,
-                      const float *vc, double *ro, double *rl, double *sc, double *mag)
+                      const float *vc, const double *slopes, double *ro, double *rl, double *sc,
+                      double *mag)
 {
     int G = c->Hq / c->Hkv, Qn = c->Qn;
     size_t nr = (size_t)c->Hq * Qn;
@@ -58,7 +61,10 @@ static void reference(const dec_case *c, int b, int L, const float *q, const flo
         }
     }
     ref_mask m = {1, c->Hq, Qn, L, NULL, 0, NULL, {0, 0, 0, 0}, c->causal,
-                  c->fill != 0 ? c->fill : CLATTN_DEFAULT_FILL, 1, c->window, c->left, c->right};
+                  c->fill != 0 ? c->fill : CLATTN_DEFAULT_FILL, 1, c->window, c->left, c->right,
+                  NULL, {0, 0, 0, 0}, NULL, {0, 1}};
+    if (c->alibi) /* sequence b's slopes, one per query head */
+        m.slopes = slopes + (c->alibi == 2 ? (size_t)b * c->Hq : 0);
     double scale = 1.0 / sqrt((double)c->d);
     ref_attention(&m, c->d, c->dv, qd, kd, vd, scale, NULL, w, ro);
     ref_attention_lse(&m, c->d, qd, kd, scale, rl, mag);
@@ -125,6 +131,18 @@ static void run(const dec_case *c)
                     dst[e] = NAN;
             }
         }
+    size_t ns = c->alibi == 2 ? (size_t)B * Hq : (size_t)Hq;
+    float *sf = malloc(ns * 4);
+    double *sd = malloc(ns * 8);
+    if (c->alibi_mag > 0)
+        h_fill(sf, ns, 0, c->alibi_mag);
+    for (size_t i = 0; i < ns; i++) {
+        if (c->alibi_mag <= 0)
+            sf[i] = (float)pow(2.0, -8.0 * (double)(i % Hq + 1) / Hq);
+        sd[i] = sf[i];
+    }
+    clattn_tensor tsl = c->alibi == 2 ? h_tensor(CLATTN_FLOAT32, 2, H_DIMS(B, Hq), sf)
+                                      : h_tensor(CLATTN_FLOAT32, 1, H_DIMS(Hq), sf);
     /* the NaN rows go to the device too: through v_new, or the cache itself */
     assert_int_equal(clattn_tensor_write_blocking(h_ctx, &tvn, vn), CLATTN_SUCCESS);
     if (!c->append)
@@ -151,6 +169,7 @@ static void run(const dec_case *c)
     opts.mask.fill = c->fill;
     opts.mask.align = CLATTN_ALIGN_BOTTOM_RIGHT;
     opts.lse = &tlse;
+    opts.alibi_slopes = c->alibi ? &tsl : NULL;
     if (clattn_decode_attention(h_ctx, &tq, &cache, &opts, &to) != CLATTN_SUCCESS)
         fail_msg("decode_attention: %s", clattn_last_error(h_ctx));
     char what[200];
@@ -159,11 +178,12 @@ static void run(const dec_case *c)
     double *ro = malloc(per * c->dv * 8), *rl = malloc(per * 8), *sc = malloc(per * c->dv * 8);
     double *mag = malloc(per * 8);
     for (int b = 0; b < B; b++) {
-        reference(c, b, L[b], q, kc, vc, ro, rl, sc, mag);
+        reference(c, b, L[b], q, kc, vc, sd, ro, rl, sc, mag);
         snprintf(what, sizeof what, "decode B=%d Hq=%d Hkv=%d Qn=%d Kmax=%d d=%d dv=%d: sequence "
-                 "%d, lens %d (L %d), append %d causal %d window %d (%d, %d) fill %g nan_v %d", B,
-                 Hq, Hkv, Qn, Kmax, c->d, c->dv, b, lens[b], L[b], c->append, c->causal,
-                 c->window, c->left, c->right, c->fill, c->nan_v);
+                 "%d, lens %d (L %d), append %d causal %d window %d (%d, %d) fill %g nan_v %d "
+                 "alibi %d (%g)", B, Hq, Hkv, Qn, Kmax, c->d, c->dv, b, lens[b], L[b], c->append,
+                 c->causal, c->window, c->left, c->right, c->fill, c->nan_v, c->alibi,
+                 c->alibi_mag);
         h_assert_scaled(go + b * per * c->dv, ro, sc, per * c->dv, OUT_TOL, what);
         strncat(what, " (lse)", sizeof what - strlen(what) - 1);
         h_assert_lse(gl + b * per, rl, mag, per, what);
@@ -184,10 +204,10 @@ static void run(const dec_case *c)
             fail_msg("lens[%d] = %d after the call, expected %d", b, gl2[b], want);
     }
     free(gk); free(gl2); free(go); free(gl); free(ro); free(rl); free(sc); free(mag);
-    clattn_tensor *ts[] = {&tq, &tkc, &tvc, &tkn, &tvn, &tl, &to, &tlse};
+    clattn_tensor *ts[] = {&tq, &tkc, &tvc, &tkn, &tvn, &tl, &to, &tlse, &tsl};
     for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
         clattn_tensor_release(ts[i]);
-    free(q); free(kc); free(vc); free(kn); free(vn);
+    free(q); free(kc); free(vc); free(kn); free(vn); free(sf); free(sd);
 }
 
 #define CASES(...)                                                 \
@@ -254,6 +274,20 @@ static void test_long(void **s)
     CASES({2, 8, 2, 1, 4097, 128, 128, {4097, 3001}}, {1, 4, 4, 2, 5000, 64, 32, {4900}, 1, 1, 1});
 }
 
+/* ALiBi slopes per head and per sequence and head, counted from each sequence's own last key:
+ * GQA and MQA, appends with causal rows, windows, lengths 0 and full, large slopes (logits to
+ * -1e4), long caches over many splits. */
+static void test_alibi(void **s)
+{
+    (void)s;
+    CASES({2, 8, 2, 1, 300, 64, 48, {0, 300}, .alibi = 1},
+          {3, 4, 1, 1, 97, 16, 16, {-2, -2, -2}, .alibi = 2, .alibi_mag = 1},
+          {2, 6, 3, 3, 40, 5, 7, {0, 30}, 1, 0, 1, .alibi = 2, .alibi_mag = 2},
+          {2, 4, 2, 3, 300, 16, 8, {290, 40}, 1, 0, 0, 1, 20, 5, .fill = -1.0f, .alibi = 1},
+          {1, 4, 4, 2, 5000, 64, 32, {4900}, 1, 1, 1, .alibi = 1},
+          {2, 8, 2, 1, 4097, 32, 32, {4097, 3001}, .alibi = 2, .alibi_mag = 3});
+}
+
 /* With CLATTN_SYNC (params.sync) lengths outside [0, Kmax - Qn] are read back and refused,
  * nothing is enqueued and the output stays as it was; without it they are clamped (above). */
 static void test_sync_rejects_lens(void **s)
@@ -301,6 +335,7 @@ int main(void)
         cmocka_unit_test(test_masks_and_values),
         cmocka_unit_test(test_negative_scores),
         cmocka_unit_test(test_long),
+        cmocka_unit_test(test_alibi),
         cmocka_unit_test(test_sync_rejects_lens),
     };
     return cmocka_run_group_tests(tests, h_setup, h_teardown);

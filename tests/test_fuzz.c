@@ -217,6 +217,14 @@ static void gen_case(fz_case *c, size_t budget)
         m->bias_mag = h_randint(0, 1) ? 2.0 : 100.0;
         m->bias_ninf = h_randint(0, 2) ? 0 : h_randint(2, 7);
     }
+    if (!c->exact && c->nlead > 0 && h_uniform(0, 1) < 0.2) { /* ALiBi slopes, broadcast */
+        h_mask_spec *m = &c->mask;
+        m->alibi_rank = h_randint(1, c->nlead);
+        for (int i = 0; i < m->alibi_rank; i++)
+            m->alibi_dims[i] = h_randint(0, 2) ? c->lead[c->nlead - m->alibi_rank + i] : 1;
+        static const double mags[] = {0.0, 1.0, 30.0}; /* 0: Press et al.'s slopes */
+        m->alibi_mag = mags[h_randint(0, 2)];
+    }
     c->ties = h_uniform(0, 1) < 0.2;
     c->nonfinite = h_uniform(0, 1) < 0.2 ? h_randint(1, 3) : 0;
     if (h_uniform(0, 1) < 0.25) {
@@ -303,6 +311,12 @@ static void row_scores(fz_row *r, size_t b, int i, const ref_mask *m)
         if (r->real[k] && m->bias) { /* one more rounding; a -inf bias is exact */
             r->s[k] += m->bias[m->bs[0] * d0 + m->bs[1] * d1 + m->bs[2] * i + m->bs[3] * k];
             r->a[k] = isfinite(r->s[k]) ? r->a[k] + U32 * fabs(r->s[k]) : 0.0;
+        }
+        if (r->real[k] && m->slopes) { /* the product's rounding and the sum's */
+            double al = m->slopes[m->ss[0] * d0 + m->ss[1] * d1] *
+                        fabs((double)i + c->nk - c->nq - k);
+            r->s[k] -= al;
+            r->a[k] = isfinite(r->s[k]) ? r->a[k] + U32 * (al + fabs(r->s[k])) : 0.0;
         }
     }
 }
@@ -445,13 +459,14 @@ static void describe(const fz_case *c, int index, char *buf, size_t n)
              "(%zu, %zu) Q=%d K=%d d=%d dv=%d lens %d%s mask rank %d prefix %d causal %d align %d "
              "window %d (%d, %d) fill %g "
              "scale %g %s eq %d ek %d qmag %g kmag %g vmag %g ties %d nonfinite %d p %g hkv %d "
-             "bias rank %d mag %g ninf %d",
+             "bias rank %d mag %g ninf %d alibi rank %d mag %g",
              index, index, h_seed(), c->nlead, c->lead[0], c->lead[1], c->nq, c->nk, c->d, c->dv,
              c->mask.lens, c->mask.lens_on_device ? " (device)" : "", c->mask.mask_rank,
              c->mask.mask_prefix, c->mask.causal, c->mask.align, c->mask.window,
              c->mask.window_left, c->mask.window_right, c->mask.fill, c->scale,
              c->exact ? "exact" : "float", c->eq, c->ek, c->qmag, c->kmag, c->vmag, c->ties,
-             c->nonfinite, c->p, c->hkv, c->mask.bias_rank, c->mask.bias_mag, c->mask.bias_ninf);
+             c->nonfinite, c->p, c->hkv, c->mask.bias_rank, c->mask.bias_mag, c->mask.bias_ninf,
+             c->mask.alibi_rank, c->mask.alibi_mag);
 }
 
 /* One case through both paths: no weights (fused where the variant and head sizes allow) and
@@ -485,7 +500,7 @@ static void run_case(int index, size_t budget)
     clattn_tensor to = make(&c, c.nq, c.dv, NULL), tw = make(&c, c.nq, c.nk, NULL);
     clattn_tensor tl = h_tensor(CLATTN_FLOAT32, c.nlead + 1, sdims, NULL); /* (..., Q) */
     clattn_attention_opts opts = {hm.m, {c.p, c.p > 0, c.seed, 0}, c.scale, NULL,
-                                  hm.tb.buf ? &hm.tb : NULL};
+                                  hm.tb.buf ? &hm.tb : NULL, hm.ta.buf ? &hm.ta : NULL};
     for (int weights = 0; weights < 2; weights++) {
         h_poison(&to);
         h_poison(&tw);

@@ -106,6 +106,7 @@ static void run_mode(const mha_case *c)
     o.dropout.seed = c->seed;
     o.lse = &tl;
     o.bias = hm.tb.buf ? &hm.tb : NULL;
+    o.alibi_slopes = hm.ta.buf ? &hm.ta : NULL;
     if (clattn_multihead_attention(h_ctx, &tq, &tk, &tv, &w, &o, &to, c->no_weights ? NULL : &tw) !=
         CLATTN_SUCCESS)
         fail_msg("multihead_attention: %s", clattn_last_error(h_ctx));
@@ -226,7 +227,11 @@ static void test_masks(void **s)
           /* float biases (B, H, Q, K) and per head (1, H, 1, K), with -inf entries */
           {2, 5, 7, 8, 8, 8, 16, 4, 16, 1, {.bias_rank = 4, .bias_dims = {2, 4, 5, 7}}},
           {2, 9, 17, 8, 8, 8, 16, 2, 16, 0, {H_LENS_1D, .bias_rank = 4,
-                                             .bias_dims = {1, 2, 1, 17}, .bias_ninf = 4}});
+                                             .bias_dims = {1, 2, 1, 17}, .bias_ninf = 4}},
+          /* ALiBi slopes per head (H) and per batch and head (B, H), Q != K */
+          {2, 9, 17, 8, 8, 8, 16, 4, 16, 1, {.causal = 1, .alibi_rank = 1, .alibi_dims = {4}}},
+          {2, 5, 7, 8, 8, 8, 16, 2, 16, 0, {H_LENS_1D, .alibi_rank = 2, .alibi_dims = {2, 2},
+                                            .alibi_mag = 3}});
 }
 
 /* fill -inf with the first 70 keys blocked (whole key blocks of -inf scores), and inputs 1e5 times

@@ -808,28 +808,31 @@ static void bench_merge(bench *b)
 }
 
 /* The fused kernel with a float bias (N, N) shared by the heads (a relative-position bias, 4 MiB
- * at N 1024) against without. The bias is zeros, so that the unbiased reference checks the
- * output (its values do not change the work; the tests check nonzero ones). */
+ * at N 1024), and with ALiBi slopes (H), against without. Bias and slopes are zeros, so that the
+ * unbiased reference checks the output (their values do not change the work; the tests check
+ * nonzero ones). */
 static void bench_bias(bench *b)
 {
-    static const char *const impls[2] = {"clattn fused + bias (N, N)", "clattn fused"};
+    static const char *const impls[3] = {"clattn fused + bias (N, N)", "clattn fused + ALiBi (H)",
+                                         "clattn fused"};
     char name[48];
-    size_t n = LSE_N, bd[2] = {LSE_N, LSE_N};
-    float *hb = malloc(n * n * sizeof *hb);
+    size_t n = LSE_N, bd[2] = {LSE_N, LSE_N}, sd[1] = {LSE_H};
+    float *hb = calloc(n * n, sizeof *hb); /* zeros: the check against the unbiased reference */
     if (!hb)
         die("out of memory");
-    for (size_t i = 0; i < n * n; i++)
-        hb[i] = 0.0f; /* zeros: the check against the unbiased reference still holds */
     snprintf(name, sizeof name, "H%d N%d d%d", LSE_H, LSE_N, LSE_D);
     double gflop = 4e-9 * LSE_H * (double)LSE_N * LSE_N * LSE_D;
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < 3; i++) {
         att_case a;
-        clattn_tensor bias;
+        clattn_tensor bias, slopes;
         att_make(b, &a, LSE_H, 0, LSE_N, LSE_D, 0, 0);
         ok(b, clattn_tensor_create(b->ctx, CLATTN_FLOAT32, 2, bd, hb, &bias), "create bias");
+        ok(b, clattn_tensor_create(b->ctx, CLATTN_FLOAT32, 1, sd, hb, &slopes), "create slopes");
         a.opts.bias = i == 0 ? &bias : NULL;
-        fused_record(b, &a, name, impls[i], i > 0, gflop);
+        a.opts.alibi_slopes = i == 1 ? &slopes : NULL;
+        fused_record(b, &a, name, impls[i], i == 2, gflop);
         clattn_tensor_release(&bias);
+        clattn_tensor_release(&slopes);
     }
     free(hb);
 }
@@ -1276,7 +1279,8 @@ static const bench_section sections[] = {
     {"lse", "the fused kernel's LSE output (16 heads, N 1024, d 64) vs none, and merging two "
             "(16, 1024, 64) partial results, GB/s read + written vs a device copy",
      bench_lse},
-    {"bias", "the fused kernel with a float bias (N, N) shared by 16 heads, N 1024, d 64, vs none",
+    {"bias", "the fused kernel with a float bias (N, N) shared by 16 heads, and with ALiBi, N 1024, "
+     "d 64, vs none",
      bench_bias},
     {"decode", "KV-cache decoding, one new row, 32 query heads over 8 K/V heads, d 128, B 1 and 8, "
                "K 4096 and 32768 (full caches): GB/s of the cache read once vs a device copy",

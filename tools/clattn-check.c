@@ -192,7 +192,7 @@ static void check_softmax(clattn_context *ctx, result *r)
         }
         ref_mask rm = {D0, 1, Q, K, lens, 2, NULL, {0, 0, 0, 0}, causal,
                        causal ? -INFINITY : (double)CLATTN_DEFAULT_FILL, 0, 0, 0, 0, NULL,
-                       {0, 0, 0, 0}};
+                       {0, 0, 0, 0}, NULL, {0, 0}};
         ref_masked_softmax(&rm, x, ref);
         for (size_t i = 0; i < n; i++) /* |got - ref| <= SM_RTOL |ref| + SM_ATOL */
             scale[i] = fabs(ref[i]) + SM_ATOL / SM_RTOL;
@@ -261,7 +261,7 @@ static void check_attention(clattn_context *ctx, result *r, int with_weights)
         }
         ref_mask rm = {NB, 1, Q, K, causal ? NULL : lens, causal ? 0 : 2, NULL, {0, 0, 0, 0},
                        causal, causal ? -INFINITY : (double)CLATTN_DEFAULT_FILL, 0, 0, 0, 0,
-                       NULL, {0, 0, 0, 0}};
+                       NULL, {0, 0, 0, 0}, NULL, {0, 0}};
         ref_attention(&rm, D, DV, qd, kd, vd, 1.0 / sqrt((double)D), NULL, w, ref);
         ref_attention_scale(NB, Q, K, DV, w, vd, ref, scale);
         r->err[c] = fmax(r->err[c], scaled_error(got, ref, scale, on));
@@ -330,7 +330,7 @@ static void check_decode(clattn_context *ctx, result *r)
                                                        : vn[(hk * QN + nj) * DV + e];
             }
         ref_mask rm = {1, HQ, QN, L, NULL, 0, NULL, {0, 0, 0, 0}, 1, CLATTN_DEFAULT_FILL, 1,
-                       0, 0, 0, NULL, {0, 0, 0, 0}};
+                       0, 0, 0, NULL, {0, 0, 0, 0}, NULL, {0, 0}};
         ref_attention(&rm, D, DV, qd2, kd2, vd2, 1.0 / sqrt((double)D), NULL, w, ref);
         ref_attention_scale(HQ, QN, L, DV, w, vd2, ref, scale);
         r->err[DECODE] = fmax(r->err[DECODE],
