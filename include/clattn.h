@@ -284,6 +284,31 @@ CLATTN_API clattn_status clattn_attention_merge(clattn_context *ctx, int n,
                                                 const clattn_tensor *out,
                                                 const clattn_tensor *lse);
 
+/* Packed variable-length batches (FlashAttention-2's varlen layout): B sequences' rows one after
+ * another, no padding. cu_seqlens_q and cu_seqlens_k are host arrays of B + 1 cumulative lengths
+ * (cu[0] = 0, nondecreasing, cu[B] = the total): sequence b's queries are rows cu_seqlens_q[b] ..
+ * cu_seqlens_q[b + 1] - 1, its keys likewise. They are read during the call only: the lengths
+ * decide the launches, as FlashAttention's max_seqlen arguments do. */
+typedef struct {
+    int batch;
+    const int *cu_seqlens_q, *cu_seqlens_k;
+} clattn_varlen;
+
+/* Attention of each sequence's queries over its own keys: Q (total_q, Hq, d), K (total_k, Hkv,
+ * d), V (total_k, Hkv, dv), out (total_q, Hq, dv), Hkv dividing Hq (query head h reads K/V head
+ * h / (Hq / Hkv)). Sequence b computes exactly clattn_dot_product_attention of its (1, Hq, Q_b, d)
+ * queries over its (1, Hkv, K_b, .) keys and values, nothing for any other: opts.mask's causal,
+ * align, window and fill per sequence (bottom-right counts from that sequence's K_b - Q_b),
+ * opts.scale, opts.alibi_slopes ((Hq) or (B, Hq)), opts.lse (total_q, Hq), the layout of out, so
+ * that clattn_attention_merge takes both) and dropout (sequence b's stream is that op's with
+ * offset opts.dropout.offset + b). No valid lengths, mask tensor or bias (the lengths are the
+ * sequences'). A sequence with queries but no keys gets zeros (LSE -inf), as decoding does. */
+CLATTN_API clattn_status clattn_varlen_attention(clattn_context *ctx, const clattn_tensor *Q,
+                                                 const clattn_tensor *K, const clattn_tensor *V,
+                                                 const clattn_varlen *seqs,
+                                                 const clattn_attention_opts *opts,
+                                                 const clattn_tensor *out);
+
 /* A KV cache for decoding: k_cache (B, Hkv, Kmax, d) and v_cache (B, Hkv, Kmax, dv) float32, lens
  * (B) int32 on the device: sequence b's first lens[b] cache rows are its keys (values outside
  * [0, Kmax - Qn with k_new, else Kmax] are clamped on the device, or with CLATTN_SYNC read back

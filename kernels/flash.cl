@@ -2,7 +2,8 @@
  * Q K^T * scale))) V with an online softmax over key blocks, never materialising the scores.
  *
  * Layout: Q (nb, nq, d), K (nb, nk, d), V (nb, nk, dv), O (nb, nq, dv), float32 with unit-stride
- * rows, and lse (nb, nq) contiguous at lse_off, or NULL: each row's log-sum-exp m + log(l) of its
+ * rows, and lse, row `row` of batch bb at lse_off + bb * lse_s.x + row * lse_s.y ((nb, nq)
+ * contiguous: lse_s = (nq, 1)), or NULL: each row's log-sum-exp m + log(l) of its
  * masked scaled scores (-inf when m is, as its l is then 0); batch bb is (d0, d1) = (bb / D1, bb % D1) for the mask (see common.cl) and for the operands:
  * each operand's int4 layout l = (offset, s0, s1, row stride) puts row `row` of batch bb at element
  * l.x + d0 * l.y + d1 * l.z + row * l.w, so contiguous tensors and multi-head attention's
@@ -312,8 +313,9 @@ static inline float16 skipped16(__global const float *vt, __global const float *
 __kernel void flash_cpu(__global const float *Q, int4 ql, __global const float *kt,
                         __global const float *V, int4 vl, __global const float *vt,
                         int vt_off, __global const float *vh, int vh_off, __global float *O,
-                        int4 ol, __global float *lse, int lse_off, int nq, int nk, int d, int dv,
-                        int nblk, float scale, FLASH_MASK_PARAMS, FLASH_DROP_PARAMS)
+                        int4 ol, __global float *lse, int lse_off, int2 lse_s, int nq, int nk,
+                        int d, int dv, int nblk, float scale, FLASH_MASK_PARAMS,
+                        FLASH_DROP_PARAMS)
 {
     int item = get_global_id(0), bb = get_global_id(1);
     if (item * QG * QR >= nq)
@@ -523,7 +525,8 @@ __kernel void flash_cpu(__global const float *Q, int4 ql, __global const float *
                 break;
             float l = hsum16(gl[gi][r]), inv = 1.0f / l;
             if (lse)
-                lse[lse_off + (size_t)bb * nq + grow[gi][r]] = gm[gi][r] + log(l);
+                lse[lse_off + (size_t)bb * lse_s.x + (size_t)grow[gi][r] * lse_s.y] =
+                    gm[gi][r] + log(l);
             __global float *o = O + flash_at(ol, D1, bb, grow[gi][r]);
             #pragma unroll
             for (int c = 0; c < NVD; c++) {
@@ -558,9 +561,9 @@ __kernel __attribute__((reqd_work_group_size(BQ, 1, 1)))
 void flash_gpu(__global const float *Q, int4 ql, __global const float *K, int4 kl,
                __global const float *V, int4 vl, __global const float *vt, int vt_off,
                __global const float *vh, int vh_off, int nblk, __global float *O, int4 ol,
-               __global float *lse, int lse_off, int nq, int nk, int d, int dv, float scale,
-               int k_lo, int k_hi, __global float *part, int part_off, FLASH_MASK_PARAMS,
-               FLASH_DROP_PARAMS)
+               __global float *lse, int lse_off, int2 lse_s, int nq, int nk, int d, int dv,
+               float scale, int k_lo, int k_hi, __global float *part, int part_off,
+               FLASH_MASK_PARAMS, FLASH_DROP_PARAMS)
 {
     __local float Ks[BK][DP + 1]; /* +1: rows land in different banks */
     __local float Vs[BK][DVP];
@@ -674,7 +677,7 @@ void flash_gpu(__global const float *Q, int4 ql, __global const float *K, int4 k
     }
     float inv = 1.0f / l;
     if (lse)
-        lse[lse_off + (size_t)bb * nq + row] = m + log(l);
+        lse[lse_off + (size_t)bb * lse_s.x + (size_t)row * lse_s.y] = m + log(l);
     __global const float *z =
         vt && stop >= 0 && stop < nblk ? vt + vt_off + ((size_t)kb * nblk + stop) * DVP : 0;
     __global const float *zh =

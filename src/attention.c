@@ -116,8 +116,9 @@ clattn_status clattn__attention_core(clattn_context *ctx, const clattn_tensor *Q
         clattn_flash_operand fk = clattn__flash_operand(K, mask->D1 / (int)G);
         clattn_flash_operand fv = clattn__flash_operand(V, mask->D1 / (int)G);
         clattn_flash_operand fo = clattn__flash_operand(out, mask->D1);
+        clattn_flash_lse fl;
         return clattn__enqueue_flash(ctx, &att, &fq, &fk, &fv, &fo, (int)G, d, dv, mask, dropout,
-                                     scale, lse);
+                                     scale, clattn__flash_lse(lse, &fl));
     }
     size_t n = clattn__batch_count(Q, 2) * nq * nk;
     int drop = clattn__dropout_active(dropout);

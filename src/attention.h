@@ -28,15 +28,24 @@ clattn_flash_operand clattn__flash_strided(cl_mem buf, size_t off, size_t s0, si
                                            size_t rs);
 /* A contiguous (..., rows, cols) tensor whose batches split as (D0, D1). */
 clattn_flash_operand clattn__flash_operand(const clattn_tensor *t, int D1);
+/* Where the fused path writes each row's log-sum-exp: row r of batch (d0, d1) at element off +
+ * (d0 D1 + d1) nq + r of buf (rows_apart 0: (.., nq) contiguous), or off + (d0 D1 + d1) + r
+ * rows_apart (rows_apart > 0: the heads interleaved, varlen's (total_q, H)). */
+typedef struct {
+    cl_mem buf;
+    int off, rows_apart;
+} clattn_flash_lse;
+/* The LSE of a contiguous (.., nq) tensor, or NULL for none. */
+const clattn_flash_lse *clattn__flash_lse(const clattn_tensor *lse, clattn_flash_lse *out);
 /* out = attention of Q (nq, d), K (nk, d), V (nk, dv) per batch; nq, nk and the batches are m's:
  * Q and out have m's (D0, D1) batches, K and V (D0, D1 / G), G query heads sharing each of their
- * heads (grouped-query attention; G = 1 is plain). */
+ * heads (grouped-query attention; G = 1 is plain); lse NULL or where each row's LSE goes. */
 clattn_status clattn__enqueue_flash(clattn_context *ctx, const clattn_tuning *tune,
                                     const clattn_flash_operand *Q, const clattn_flash_operand *K,
                                     const clattn_flash_operand *V, const clattn_flash_operand *out,
                                     int G, int d, int dv, const clattn_mask_args *m,
                                     const clattn_dropout_params *dropout, float scale,
-                                    const clattn_tensor *lse);
+                                    const clattn_flash_lse *lse);
 
 /* heads.c: (B, T, H, dh) <-> (B, H, T, dh) between two buffers. */
 clattn_status clattn__enqueue_heads(clattn_context *ctx, cl_mem src, size_t s_off, cl_mem dst,

@@ -38,12 +38,13 @@ typedef struct {
     cl_uint2 seed, offset;
     cl_uint threshold;
     float dscale;
-    cl_mem lse; /* NULL, or the rows' log-sum-exps (nb, nq) from element lse_off */
+    cl_mem lse; /* NULL, or the rows' log-sum-exps: row r of batch bb at lse_off + bb s0 + r s1 */
     int lse_off;
+    cl_int2 lse_s; /* (s0, s1) */
 } flash_args;
 
 static flash_args make_args(const clattn_mask_args *m, int G, int d, int dv, float scale,
-                            const clattn_dropout_params *p, const clattn_tensor *lse)
+                            const clattn_dropout_params *p, const clattn_flash_lse *lse)
 {
     flash_args a;
     memset(&a, 0, sizeof a);
@@ -56,7 +57,9 @@ static flash_args make_args(const clattn_mask_args *m, int G, int d, int dv, flo
     a.nbkv = (size_t)m->D0 * (size_t)a.D1kv;
     a.scale = scale;
     a.lse = lse ? lse->buf : NULL;
-    a.lse_off = lse ? (int)lse->offset : 0;
+    a.lse_off = lse ? lse->off : 0;
+    a.lse_s.s[0] = lse && lse->rows_apart ? 1 : m->Q;
+    a.lse_s.s[1] = lse && lse->rows_apart ? lse->rows_apart : 1;
     a.drop = clattn__dropout_active(p);
     if (a.drop) {
         a.seed.s[0] = (cl_uint)p->seed;
@@ -100,6 +103,16 @@ clattn_flash_operand clattn__flash_strided(cl_mem buf, size_t off, size_t s0, si
     o.l.s[2] = (cl_int)s1;
     o.l.s[3] = (cl_int)rs;
     return o;
+}
+
+const clattn_flash_lse *clattn__flash_lse(const clattn_tensor *lse, clattn_flash_lse *out)
+{
+    if (!lse)
+        return NULL;
+    out->buf = lse->buf;
+    out->off = (int)lse->offset;
+    out->rows_apart = 0;
+    return out;
 }
 
 clattn_flash_operand clattn__flash_operand(const clattn_tensor *t, int D1)
@@ -207,9 +220,9 @@ static clattn_status enqueue_cpu(clattn_context *ctx, const clattn_tuning *tune,
     CHECK_ST(clattn__set_args(ctx, kf, "flash_cpu", ARG(Q->buf), ARG(Q->l), ARG(buf),
                               ARG(vrows.buf), ARG(vrows.l), ARG(vt), ARG(vt_off), ARG(vh),
                               ARG(vh_off), ARG(out->buf), ARG(out->l), ARG(a->lse), ARG(a->lse_off),
-                              ARG(a->nq), ARG(a->nk), ARG(a->d), ARG(a->dv), ARG(nblk),
-                              ARG(a->scale), ARGS_END));
-    CHECK_ST(set_tail(ctx, kf, 19, m, a));
+                              ARG(a->lse_s), ARG(a->nq), ARG(a->nk), ARG(a->d), ARG(a->dv),
+                              ARG(nblk), ARG(a->scale), ARGS_END));
+    CHECK_ST(set_tail(ctx, kf, 20, m, a));
     /* WG items (QG x QR rows each) of one batch per work-group: PoCL runs them one after another
      * on one core, so the batch's K and V panels stay in its L2. An explicit local size also keeps
      * PoCL from choosing thousands of work-items per group, whose private arrays overflow its
@@ -316,9 +329,10 @@ static clattn_status enqueue_gpu(clattn_context *ctx, const clattn_tuning *tune,
         CHECK_ST(clattn__set_args(ctx, kf, "flash_gpu", ARG(Q->buf), ARG(Q->l), ARG(K->buf),
                                   ARG(K->l), ARG(V->buf), ARG(V->l), ARG(vt), ARG(vt_off),
                                   ARG(vh), ARG(vh_off), ARG(nblk), ARG(out->buf), ARG(out->l),
-                                  ARG(a->lse), ARG(a->lse_off), ARG(a->nq), ARG(a->nk), ARG(a->d), ARG(a->dv), ARG(a->scale),
-                                  ARG(k_lo), ARG(k_hi), ARG(part), ARG(part_off), ARGS_END));
-        CHECK_ST(set_tail(ctx, kf, 24, m, a));
+                                  ARG(a->lse), ARG(a->lse_off), ARG(a->lse_s), ARG(a->nq),
+                                  ARG(a->nk), ARG(a->d), ARG(a->dv), ARG(a->scale), ARG(k_lo),
+                                  ARG(k_hi), ARG(part), ARG(part_off), ARGS_END));
+        CHECK_ST(set_tail(ctx, kf, 25, m, a));
         CHECK_ST(clattn__launch(ctx, kf, 2, gws, lws, "flash_gpu"));
     }
 fail:
@@ -330,7 +344,7 @@ clattn_status clattn__enqueue_flash(clattn_context *ctx, const clattn_tuning *tu
                                     const clattn_flash_operand *V, const clattn_flash_operand *out,
                                     int G, int d, int dv, const clattn_mask_args *m,
                                     const clattn_dropout_params *dropout, float scale,
-                                    const clattn_tensor *lse)
+                                    const clattn_flash_lse *lse)
 {
     flash_args a = make_args(m, G, d, dv, scale, dropout, lse);
     if (strcmp(tune->variant, "gpu") == 0)

@@ -127,8 +127,9 @@ static clattn_status heads_fused(clattn_context *ctx, const clattn_tuning *att, 
     clattn_flash_operand k = clattn__flash_strided(buf, l->kp, nk * kvhid, dh, kvhid);
     clattn_flash_operand v = clattn__flash_strided(buf, l->vp, nk * kvhid, dh, kvhid);
     clattn_flash_operand o = clattn__flash_strided(buf, l->qh, nq * hid, dh, hid);
+    clattn_flash_lse fl;
     return clattn__enqueue_flash(ctx, att, &q, &k, &v, &o, (int)(hid / kvhid), (int)dh, (int)dh,
-                                 m, drop, scale, lse);
+                                 m, drop, scale, clattn__flash_lse(lse, &fl));
 }
 
 /* d2l's transpose_qkv, attention and transpose_output through scratch; the concatenation lands

@@ -473,3 +473,18 @@ clattn_status clattn__copy(clattn_context *ctx, cl_mem src, size_t src_bytes_off
 fail:
     return st;
 }
+
+clattn_status clattn__fill(clattn_context *ctx, cl_mem buf, size_t off, size_t n, float value,
+                           const char *what)
+{
+    clattn_status st = CLATTN_SUCCESS;
+    char where[128];
+    if (ctx->dry_run || n == 0)
+        return CLATTN_SUCCESS;
+    snprintf(where, sizeof where, "clEnqueueFillBuffer(%s)", what);
+    CHECK_CL(ctx, clEnqueueFillBuffer(ctx->queue, buf, &value, sizeof value, off * 4, n * 4, 0,
+                                      NULL, NULL), where);
+    CHECK_ST(finish_if_sync(ctx, what));
+fail:
+    return st;
+}

@@ -56,6 +56,14 @@ static clattn_attention_opts dopts_lens, dopts_causal_tl, dopts_drop;
 /* Issue 11: float biases. */
 static clattn_tensor bias_bad, bias_int, bias_in_out, bias_ok;
 static clattn_attention_opts opts_bias_bad, opts_bias_int, opts_bias_in_out, opts_bias_ok;
+/* Varlen: Q (2 rows, 2 heads, 8) packed from Q's first 32 floats, two sequences. */
+static clattn_tensor vq, vk, vk3, vv, vout, vout_in_q, vlse, vlse_bad;
+static const int cu_ok[3] = {0, 1, 2}, cu_first[3] = {1, 1, 2}, cu_down[3] = {0, 2, 1},
+                 cu_short[3] = {0, 1, 1};
+static clattn_varlen vs_ok = {2, cu_ok, cu_ok}, vs_first = {2, cu_first, cu_ok},
+                     vs_down = {2, cu_ok, cu_down}, vs_short = {2, cu_short, cu_ok},
+                     vs_zero = {0, cu_ok, cu_ok}, vs_null = {2, NULL, cu_ok};
+static clattn_attention_opts vopts_lse_bad, vopts_lens, vopts_lse_ok;
 /* ALiBi slopes. */
 static clattn_tensor sl_bad, sl_int, sl_rank, sl_in_out, sl_ok, q2, k2, v2, o2;
 static clattn_attention_opts opts_sl_bad, opts_sl_int, opts_sl_rank, opts_sl_in_out, opts_sl_ok;
@@ -180,6 +188,19 @@ static void make_decode_views(void)
     opts_sl_rank.alibi_slopes = &sl_rank;
     opts_sl_in_out.alibi_slopes = &sl_in_out;
     opts_sl_ok.alibi_slopes = &sl_ok;
+    vq = view(&Q, 0, 3, H_DIMS(2, 2, 8));
+    vk = view(&Kk, 0, 3, H_DIMS(2, 2, 8));
+    vk3 = view(&Kk, 0, 3, H_DIMS(2, 3, 8));
+    vv = view(&V, 0, 3, H_DIMS(2, 2, 3));
+    vout = view(&O, 0, 3, H_DIMS(2, 2, 3));
+    vout_in_q = view(&Q, 0, 3, H_DIMS(2, 2, 3));
+    vlse = view(&Y, 0, 2, H_DIMS(2, 2));
+    vlse_bad = view(&Y, 0, 2, H_DIMS(2, 1));
+    vopts_lse_bad.lse = &vlse_bad;
+    vopts_lse_ok.lse = &vlse;
+    vopts_lens.mask.valid_lens_host = cu_ok;
+    vopts_lens.mask.lens_ndim = 1;
+    vopts_lens.mask.lens_dims[0] = 2;
     q2 = view(&Q, 0, 2, H_DIMS(5, 8));
     k2 = view(&Kk, 0, 2, H_DIMS(6, 8));
     v2 = view(&V, 0, 2, H_DIMS(6, 3));
@@ -450,6 +471,8 @@ static clattn_status wrap_with(cl_context c, cl_device_id d, cl_command_queue q)
 
 /* X(name, expected status, text the message must contain, call) */
 #define CASES_NO_CTX(X)                                                                          \
+    X(varlen_null_ctx, INVALID_ARGUMENT, "ctx", clattn_varlen_attention(NULL, &vq, &vk, &vv,   \
+      &vs_ok, NULL, &vout))                                                                    \
     X(merge_null_ctx, INVALID_ARGUMENT, "ctx", clattn_attention_merge(NULL, 2, mparts, mlses,  \
       &O, &lse_y))                                                                             \
     X(create_null_out, INVALID_ARGUMENT, "ctx", clattn_context_create(NULL, NULL))             \
@@ -800,7 +823,29 @@ static clattn_status wrap_with(cl_context c, cl_device_id d, cl_command_queue q)
     X(attention_alibi_no_heads, SHAPE_MISMATCH, "opts.alibi_slopes: scores of rank 2",         \
       clattn_dot_product_attention(CTX, &q2, &k2, &v2, &opts_sl_ok, &o2, NULL))                \
     X(decode_alibi_shape, SHAPE_MISMATCH, "opts.alibi_slopes", clattn_decode_attention(CTX,    \
-      &dq, &dc, &opts_sl_bad, &dout))
+      &dq, &dc, &opts_sl_bad, &dout))                                                          \
+    X(varlen_cu_first, INVALID_ARGUMENT, "seqs.cu_seqlens_q[0] = 1", clattn_varlen_attention(  \
+      CTX, &vq, &vk, &vv, &vs_first, NULL, &vout))                                             \
+    X(varlen_cu_down, INVALID_ARGUMENT, "seqs.cu_seqlens_k[2] = 1 is below",                   \
+      clattn_varlen_attention(CTX, &vq, &vk, &vv, &vs_down, NULL, &vout))                      \
+    X(varlen_cu_short, SHAPE_MISMATCH, "seqs.cu_seqlens_q[2] = 1, expected Q's 2 rows",        \
+      clattn_varlen_attention(CTX, &vq, &vk, &vv, &vs_short, NULL, &vout))                     \
+    X(varlen_batch, INVALID_ARGUMENT, "seqs.batch = 0", clattn_varlen_attention(CTX, &vq, &vk, \
+      &vv, &vs_zero, NULL, &vout))                                                             \
+    X(varlen_cu_null, INVALID_ARGUMENT, "seqs.cu_seqlens_q: NULL", clattn_varlen_attention(    \
+      CTX, &vq, &vk, &vv, &vs_null, NULL, &vout))                                              \
+    X(varlen_heads, SHAPE_MISMATCH, "K: 3 heads do not divide Q's 2", clattn_varlen_attention( \
+      CTX, &vq, &vk3, &vv, &vs_ok, NULL, &vout))                                               \
+    X(varlen_out_in_q, INVALID_ARGUMENT, "out: overlaps Q", clattn_varlen_attention(CTX, &vq,  \
+      &vk, &vv, &vs_ok, NULL, &vout_in_q))                                                     \
+    X(varlen_lse_shape, SHAPE_MISMATCH, "opts.lse: shape (2, 1), expected (2, 2)",             \
+      clattn_varlen_attention(CTX, &vq, &vk, &vv, &vs_ok, &vopts_lse_bad, &vout))              \
+    X(varlen_lens, INVALID_ARGUMENT, "no valid lengths", clattn_varlen_attention(CTX, &vq,     \
+      &vk, &vv, &vs_ok, &vopts_lens, &vout))                                                   \
+    X(varlen_bias, INVALID_ARGUMENT, "or bias", clattn_varlen_attention(CTX, &vq, &vk, &vv,    \
+      &vs_ok, &opts_bias_ok, &vout))                                                           \
+    X(varlen_alibi, SHAPE_MISMATCH, "opts.alibi_slopes", clattn_varlen_attention(CTX, &vq,     \
+      &vk, &vv, &vs_ok, &opts_sl_bad, &vout))
 
 typedef struct {
     const char *name;

@@ -987,6 +987,147 @@ static void bench_decode(bench *b)
             dec_one(b, Bs[i], Ks[j]);
 }
 
+/* ---- packed variable-length batch: 8 sequences, 16 heads, d 64, causal ---- */
+#define VL_B 8
+#define VL_H 16
+#define VL_D 64
+static const int vl_lens[VL_B] = {1024, 97, 512, 2048, 300, 64, 1500, 800};
+
+typedef struct {
+    int cu[VL_B + 1], max;
+    clattn_varlen seqs;
+    clattn_tensor q, k, v, out;       /* packed (total, H, d) */
+    clattn_tensor pq, pk, pv, pout;   /* padded (B, H, max, d) */
+    clattn_attention_opts opts, popts;
+    float *hq, *hk, *hv;              /* packed */
+} vl_case;
+
+static int vl_run(bench *b, void *arg)
+{
+    vl_case *c = arg;
+    return clattn_varlen_attention(b->ctx, &c->q, &c->k, &c->v, &c->seqs, &c->opts, &c->out) !=
+           CLATTN_SUCCESS;
+}
+
+static int vl_run_padded(bench *b, void *arg)
+{
+    vl_case *c = arg;
+    return clattn_dot_product_attention(b->ctx, &c->pq, &c->pk, &c->pv, &c->popts, &c->pout,
+                                        NULL) != CLATTN_SUCCESS;
+}
+
+/* Worst scaled error over sampled rows of each sequence; padded: out is (B, H, max, d). */
+static double vl_error(bench *b, vl_case *c, bench_run_fn fn, const clattn_tensor *t, int padded)
+{
+    size_t total = (size_t)c->cu[VL_B], n = padded ? (size_t)VL_B * c->max : total;
+    float *out = malloc(n * VL_H * VL_D * sizeof *out), *vr = malloc((size_t)c->max * VL_D * 4);
+    double *w = malloc((size_t)c->max * sizeof *w), worst = 0;
+    if (!out || !w || !vr)
+        die("out of memory");
+    ok(b, clattn_tensor_fill(b->ctx, t, NAN), "poison out");
+    if (fn(b, c) != 0)
+        die("%s: run failed: %s", b->section, clattn_last_error(b->ctx));
+    ok(b, clattn_tensor_read_blocking(b->ctx, t, out), "read out");
+    for (int s = 0; s < VL_B; s++)
+        for (int r = 0; r < 8; r++) {
+            int L = vl_lens[s], i = (int)uniform(b, 0, L), h = (int)uniform(b, 0, VL_H);
+            const float *q = c->hq + ((size_t)(c->cu[s] + i) * VL_H + h) * VL_D;
+            for (int j = 0; j < L; j++) {
+                const float *k = c->hk + ((size_t)(c->cu[s] + j) * VL_H + h) * VL_D;
+                double dot = 0;
+                for (int e = 0; e < VL_D; e++)
+                    dot += (double)q[e] * k[e];
+                w[j] = j <= i ? dot / sqrt((double)VL_D) : CLATTN_DEFAULT_FILL;
+                memcpy(vr + (size_t)j * VL_D, c->hv + ((size_t)(c->cu[s] + j) * VL_H + h) * VL_D,
+                       VL_D * 4);
+            }
+            size_t row = padded ? (((size_t)s * VL_H + h) * c->max + i)
+                                : ((size_t)(c->cu[s] + i) * VL_H + h);
+            double err = softmax_row_error(w, (size_t)L, vr, VL_D, out + row * VL_D);
+            worst = err > worst ? err : worst;
+        }
+    free(out);
+    free(w);
+    free(vr);
+    return worst;
+}
+
+/* x packed (total, H, d) -> (B, H, max, d), zeros past each length */
+static float *vl_pad(const vl_case *c, const float *x)
+{
+    size_t per = (size_t)c->max * VL_D;
+    float *p = calloc((size_t)VL_B * VL_H * per, sizeof *p);
+    if (!p)
+        die("out of memory");
+    for (int s = 0; s < VL_B; s++)
+        for (int i = 0; i < vl_lens[s]; i++)
+            for (int h = 0; h < VL_H; h++)
+                memcpy(p + ((size_t)s * VL_H + h) * per + (size_t)i * VL_D,
+                       x + ((size_t)(c->cu[s] + i) * VL_H + h) * VL_D, VL_D * 4);
+    return p;
+}
+
+static void vl_make(bench *b, vl_case *c)
+{
+    memset(c, 0, sizeof *c);
+    for (int s = 0; s < VL_B; s++) {
+        c->cu[s + 1] = c->cu[s] + vl_lens[s];
+        c->max = vl_lens[s] > c->max ? vl_lens[s] : c->max;
+    }
+    size_t total = (size_t)c->cu[VL_B], n = total * VL_H * VL_D;
+    size_t pd[3] = {total, VL_H, VL_D}, qd[4] = {VL_B, VL_H, (size_t)c->max, VL_D};
+    float **h[3] = {&c->hq, &c->hk, &c->hv};
+    clattn_tensor *t[3] = {&c->q, &c->k, &c->v}, *pt[3] = {&c->pq, &c->pk, &c->pv};
+    for (int i = 0; i < 3; i++) {
+        if (!(*h[i] = malloc(n * sizeof(float))))
+            die("out of memory");
+        fill(b, *h[i], n);
+        ok(b, clattn_tensor_create(b->ctx, CLATTN_FLOAT32, 3, pd, *h[i], t[i]), "create");
+        float *p = vl_pad(c, *h[i]);
+        ok(b, clattn_tensor_create(b->ctx, CLATTN_FLOAT32, 4, qd, p, pt[i]), "create padded");
+        free(p);
+    }
+    ok(b, clattn_tensor_create(b->ctx, CLATTN_FLOAT32, 3, pd, NULL, &c->out), "create out");
+    ok(b, clattn_tensor_create(b->ctx, CLATTN_FLOAT32, 4, qd, NULL, &c->pout), "create out");
+    c->seqs = (clattn_varlen){VL_B, c->cu, c->cu};
+    c->opts.mask.causal = 1;
+    /* the padded op: causal, and each sequence's keys by its length (padding queries still run) */
+    c->popts.mask.causal = 1;
+    c->popts.mask.valid_lens_host = vl_lens;
+    c->popts.mask.lens_ndim = 1;
+    c->popts.mask.lens_dims[0] = VL_B;
+}
+
+/* Varlen against the padded dense op that computes the same rows (and the padding's); GFLOP =
+ * sum_b 4 H L_b^2 d, the work of the real rows, for both. */
+static void bench_varlen(bench *b)
+{
+    vl_case c;
+    vl_make(b, &c);
+    char name[64];
+    snprintf(name, sizeof name, "B%d H%d d%d causal, lengths 64-2048", VL_B, VL_H, VL_D);
+    double gflop = 0;
+    for (int s = 0; s < VL_B; s++)
+        gflop += 4e-9 * VL_H * (double)vl_lens[s] * vl_lens[s] * VL_D;
+    const char *impls[2] = {"clattn varlen (packed)", "clattn fused, padded to 2048"};
+    bench_run_fn fns[2] = {vl_run, vl_run_padded};
+    const clattn_tensor *outs[2] = {&c.out, &c.pout};
+    for (int i = 0; i < 2; i++) {
+        double err = vl_error(b, &c, fns[i], outs[i], i);
+        if (err > ATT_TOL)
+            bench_check_fail(b, name, impls[i], err, ATT_TOL);
+        else
+            bench_record(b, name, impls[i], i > 0, gflop, "GFLOP/s",
+                         bench_time(b, fns[i], &c, 1), err);
+    }
+    clattn_tensor *ts[] = {&c.q, &c.k, &c.v, &c.out, &c.pq, &c.pk, &c.pv, &c.pout};
+    for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
+        clattn_tensor_release(ts[i]);
+    free(c.hq);
+    free(c.hk);
+    free(c.hv);
+}
+
 /* ---- multi-head forward: batch 4, 8 heads, 512 x 512, hidden 512, biases (as torch's default) ---- */
 
 #define MHA_B 4
@@ -1285,6 +1426,8 @@ static const bench_section sections[] = {
     {"decode", "KV-cache decoding, one new row, 32 query heads over 8 K/V heads, d 128, B 1 and 8, "
                "K 4096 and 32768 (full caches): GB/s of the cache read once vs a device copy",
      bench_decode},
+    {"varlen", "packed variable-length batch, 8 sequences of 64-2048 tokens, 16 heads, d 64, "
+     "causal: varlen vs the padded fused op", bench_varlen},
     {"mha", "multi-head forward, batch 4, 8 heads, 512 x 512, hidden 512, biases: fused vs unfused",
      bench_mha},
     {"additive", "additive attention, batch 4, 256 x 256, hidden 64, sizes 64, valid lengths",

@@ -4,7 +4,8 @@
 Prints one JSON object per line: {"name": ..., "ms": median, "reps": n}. Run it right before or
 after the matching `clattn-bench --only ...` so both see the same machine state.
 
-    torch_peers.py [REPS] [--only SECTIONS]     SECTIONS: additive,mha,unfused,sdpa,gqa,decode
+    torch_peers.py [REPS] [--only SECTIONS]     SECTIONS: additive,mha,unfused,sdpa,gqa,decode,
+                                                varlen
 
 PyTorch 2.x (python3 -m venv /tmp/torch2 && /tmp/torch2/bin/pip install torch numpy), CPU, float32,
 as many threads as the machine has cores. sdpa, gqa and decode use
@@ -127,6 +128,30 @@ def bench_decode(reps, B, K):
         return median_ms(lambda: sdpa()(q, k, v, enable_gqa=True), reps)
 
 
+VARLEN_LENS = (1024, 97, 512, 2048, 300, 64, 1500, 800)
+
+
+def bench_varlen(reps, heads=16, d=64):
+    """clattn-bench's varlen section: 8 sequences, causal. torch has no packed varlen SDPA on the
+    CPU; its users loop over the sequences (one SDPA each, no padding computed) or pad to the
+    longest and pass a boolean mask (causal and each sequence's keys)."""
+    seqs = [tuple(torch.randn(1, heads, n, d) for _ in range(3)) for n in VARLEN_LENS]
+    m = max(VARLEN_LENS)
+    pad = [torch.zeros(len(VARLEN_LENS), heads, m, d) for _ in range(3)]
+    for b, (q, k, v) in enumerate(seqs):
+        for t, x in zip(pad, (q, k, v)):
+            t[b, :, :x.shape[2]] = x[0]
+    lens = torch.tensor(VARLEN_LENS)
+    keep = torch.ones(m, m, dtype=torch.bool).tril()[None] & (torch.arange(m)[None, None, :] <
+                                                              lens[:, None, None])
+    keep = keep[:, None]  # (B, 1, m, m)
+    with torch.no_grad():
+        loop = median_ms(lambda: [sdpa()(q, k, v, is_causal=True) for q, k, v in seqs], reps)
+        padded = median_ms(lambda: sdpa()(pad[0], pad[1], pad[2], attn_mask=keep), reps)
+    return [("torch_sdpa_varlen_loop_B8_H16_d64_causal", loop),
+            ("torch_sdpa_varlen_padded_mask_B8_H16_d64_causal", padded)]
+
+
 SECTIONS = {
     "additive": lambda r: [("torch_additive_d2l_B4_Q256_K256_h64", bench_additive(r))],
     "mha": lambda r: [("torch_mha_B4_H8_N512_E512", bench_mha(r))],
@@ -137,6 +162,7 @@ SECTIONS = {
                       ("torch_sdpa_gqa_B1_Hq32_Hkv8_N2048_d128", bench_gqa(r, causal=False))],
     "decode": lambda r: [("torch_sdpa_decode_B%d_K%d" % (b, k), bench_decode(r, b, k))
                          for b in (1, 8) for k in (4096, 32768)],
+    "varlen": bench_varlen,
 }
 
 
