@@ -69,6 +69,28 @@ static inline float clattn_slope(__global const float *slopes, int slopes_off, i
  * the same value. */
 #define CLATTN_ALIBI(slope, dist) (-((slope) * fabs(dist)))
 
+/* The body of a function of a float type T (int type IT of its width) returning 2^x for x <= 0:
+ * x = n + r with n = round(x) taken from the low bits of x + magic, and a degree-6 minimax
+ * polynomial for 2^r on [-1/2, 1/2] (about 1.3 ulp), times 2^n built in the exponent bits. x is
+ * clamped at -127 first, where 2^n's exponent field becomes 0: results below 2^-126.5 (under
+ * 1.3e-38, far below one ulp of a softmax's sum, which is >= 1) are exactly 0, as is 2^-inf. NaN
+ * stays NaN (the clamp keeps x when the comparison is false). PoCL's builtin exp handles the
+ * whole range and costs about twice the vector instructions. The same code at every width, so
+ * equal inputs give equal results in vector lanes and scalar tails. */
+#define CLATTN_EXP2_NEG(T, IT)                                                                   \
+    const T magic = (T)(12582912.0f + 127.0f); /* 1.5 * 2^23 + exponent bias */                  \
+    x = select(x, (T)(-127.0f), x < (T)(-127.0f));                                               \
+    T t = x + magic; /* rounds x to an integer n; the low mantissa bits hold n + 127 */          \
+    T r = x - (t - magic); /* exact, in [-1/2, 1/2] */                                           \
+    T two_n = as_##T(as_##IT(t) << 23);                                                          \
+    T p = fma(r, (T)(1.534581243e-4f), (T)(1.339993090e-3f));                                    \
+    p = fma(p, r, (T)(9.618489072e-3f));                                                         \
+    p = fma(p, r, (T)(5.550328642e-2f));                                                         \
+    p = fma(p, r, (T)(2.402264625e-1f));                                                         \
+    p = fma(p, r, (T)(6.931471825e-1f));                                                         \
+    p = fma(p, r, (T)(1.0f));                                                                    \
+    return p * two_n;
+
 static inline float clattn_masked(float x, int k, int lo, int limit, __global const int *mrow,
                                   int msk, float fill)
 {

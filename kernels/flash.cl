@@ -263,27 +263,11 @@ static inline float16 drop16(float16 p, ulong e, uint2 seed, uint2 offset, uint 
     return vload16(0, t);
 }
 
-/* 2^x for x <= 0 (the scores minus their running max, in log2 units; -inf for padding keys):
- * x = n + r with n = round(x) taken from the low bits of x + magic, and a degree-6
- * minimax polynomial for 2^r on [-1/2, 1/2] (about 1.3 ulp), times 2^n built in the exponent bits.
- * x is clamped at -127 first, where 2^n's exponent field becomes 0: results below 2^-126.5 (under
- * 1.3e-38, far below one ulp of the row sum, which is >= 1) are exactly 0, so exp(fill - max) is 0
- * once max - fill > 88. NaN stays NaN (the clamp keeps x when the comparison is false). PoCL's
- * builtin exp handles the whole range and costs about twice the vector instructions. */
+/* 2^x for x <= 0 (the scores minus their running max, in log2 units; -inf for padding keys), as
+ * common.cl's CLATTN_EXP2_NEG. */
 static inline float16 exp2_neg16(float16 x)
 {
-    const float16 magic = (float16)(12582912.0f + 127.0f); /* 1.5 * 2^23 + exponent bias */
-    x = select(x, (float16)(-127.0f), x < (float16)(-127.0f));
-    float16 t = x + magic; /* rounds x to an integer n; the low mantissa bits hold n + 127 */
-    float16 r = x - (t - magic); /* exact, in [-1/2, 1/2] */
-    float16 two_n = as_float16(as_int16(t) << 23);
-    float16 p = fma(r, (float16)(1.534581243e-4f), (float16)(1.339993090e-3f));
-    p = fma(p, r, (float16)(9.618489072e-3f));
-    p = fma(p, r, (float16)(5.550328642e-2f));
-    p = fma(p, r, (float16)(2.402264625e-1f));
-    p = fma(p, r, (float16)(6.931471825e-1f));
-    p = fma(p, r, (float16)(1.0f));
-    return p * two_n;
+    CLATTN_EXP2_NEG(float16, int16)
 }
 
 /* the QR running-max corrections exp(m_old - m_new) as one vector (lanes past QR stay 1) */

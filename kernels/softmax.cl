@@ -39,6 +39,8 @@
 #define vloadV vload16
 #define vstoreV vstore16
 #define convert_floatV convert_float16
+#define as_floatV as_float16
+#define as_intV as_int16
 #define LANES (int16)(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15)
 #else
 #define floatV float8
@@ -46,8 +48,26 @@
 #define vloadV vload8
 #define vstoreV vstore8
 #define convert_floatV convert_float8
+#define as_floatV as_float8
+#define as_intV as_int8
 #define LANES (int8)(0, 1, 2, 3, 4, 5, 6, 7)
 #endif
+
+/* exp(x) for x <= 0 (a score minus its row's maximum; -inf gives 0, NaN stays NaN): 2^(x log2 e)
+ * by common.cl's CLATTN_EXP2_NEG (about 2 ulp with the product's rounding), half the vector
+ * instructions of PoCL's builtin exp. The same code for a floatV and for one float (row tails),
+ * so tied scores get tied weights. */
+static inline floatV expnegV(floatV x)
+{
+    x *= (floatV)(M_LOG2E_F);
+    CLATTN_EXP2_NEG(floatV, intV)
+}
+
+static inline float expneg(float x)
+{
+    x *= M_LOG2E_F;
+    CLATTN_EXP2_NEG(float, int)
+}
 
 /* What a row adds to its scores before the mask: the bias row (NULL: none; key stride bsk, 1 or
  * 0 where it broadcasts), then ALiBi (when alibi) with this slope and the key on the row's
@@ -148,16 +168,16 @@ static inline float softmax_prefix(__global const float *xr, __global float *yr,
     floatV sv = (floatV)(0.0f);
     float s = 0.0f;
     for (k = 0; k < lv; k += VW) {
-        floatV e = exp(vloadV(0, xr + k) - (floatV)(m));
+        floatV e = expnegV(vloadV(0, xr + k) - (floatV)(m));
         sv += e;
         vstoreV(e, 0, yr + k);
     }
     for (; k < limit; k++) {
-        float e = exp(xr[k] - m);
+        float e = expneg(xr[k] - m);
         s += e;
         yr[k] = e;
     }
-    float e_fill = limit < K ? exp(fill - m) : 0.0f;
+    float e_fill = limit < K ? expneg(fill - m) : 0.0f;
     s += hsum(sv) + (float)(K - limit) * e_fill;
 
     float inv = 1.0f / s;
@@ -208,12 +228,12 @@ __kernel void masked_softmax_rows(__global const float *x, int x_off, __global f
     floatV sv = (floatV)(0.0f);
     float s = 0.0f;
     for (k = 0; k < kv; k += VW) {
-        floatV e = exp(masked_vec(xr, k, lo, limit, mrow, ms.w, fill, ad) - (floatV)(m));
+        floatV e = expnegV(masked_vec(xr, k, lo, limit, mrow, ms.w, fill, ad) - (floatV)(m));
         sv += e;
         vstoreV(e, 0, yr + k);
     }
     for (; k < K; k++) {
-        float e = exp(clattn_masked(biased(xr, k, ad), k, lo, limit, mrow, ms.w, fill) - m);
+        float e = expneg(clattn_masked(biased(xr, k, ad), k, lo, limit, mrow, ms.w, fill) - m);
         s += e;
         yr[k] = e;
     }
