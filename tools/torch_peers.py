@@ -5,7 +5,7 @@ Prints one JSON object per line: {"name": ..., "ms": median, "reps": n}. Run it 
 after the matching `clattn-bench --only ...` so both see the same machine state.
 
     torch_peers.py [REPS] [--only SECTIONS]     SECTIONS: additive,mha,unfused,sdpa,gqa,decode,
-                                                varlen
+                                                varlen,bias
 
 PyTorch 2.x (python3 -m venv /tmp/torch2 && /tmp/torch2/bin/pip install torch numpy), CPU, float32,
 as many threads as the machine has cores. sdpa, gqa and decode use
@@ -128,6 +128,21 @@ def bench_decode(reps, B, K):
         return median_ms(lambda: sdpa()(q, k, v, enable_gqa=True), reps)
 
 
+def bench_bias(reps, n=1024, heads=16, d=64):
+    """clattn-bench's bias section: SDPA with a float attn_mask (N, N) shared by the heads, and
+    ALiBi as torch users write it, a float (H, N, N) bias -slope_h |i - j| built once."""
+    q, k, v = (torch.randn(1, heads, n, d) for _ in range(3))
+    rel = torch.zeros(n, n)
+    slopes = torch.tensor([2.0 ** (-8.0 * (h + 1) / heads) for h in range(heads)])
+    pos = torch.arange(n)
+    alibi = -slopes[:, None, None] * (pos[:, None] - pos[None, :]).abs()[None].float()
+    with torch.no_grad():
+        return [("torch_sdpa_bias_H16_N1024_d64", median_ms(
+                    lambda: sdpa()(q, k, v, attn_mask=rel), reps)),
+                ("torch_sdpa_alibi_tensor_H16_N1024_d64", median_ms(
+                    lambda: sdpa()(q, k, v, attn_mask=alibi[None]), reps))]
+
+
 VARLEN_LENS = (1024, 97, 512, 2048, 300, 64, 1500, 800)
 
 
@@ -163,6 +178,7 @@ SECTIONS = {
     "decode": lambda r: [("torch_sdpa_decode_B%d_K%d" % (b, k), bench_decode(r, b, k))
                          for b in (1, 8) for k in (4096, 32768)],
     "varlen": bench_varlen,
+    "bias": bench_bias,
 }
 
 
