@@ -54,14 +54,17 @@ typedef enum {
     CLATTN_ERROR_IO                /* kernel directory or cache file problems */
 } clattn_status;
 
-typedef enum { CLATTN_FLOAT32 = 0, CLATTN_INT32 = 1 } clattn_dtype;
+/* Element types. The 16-bit ones are storage formats (IEEE binary16, and bfloat16: float32's top
+ * 16 bits); tensors of them are created, written, read, filled and converted (clattn_convert),
+ * and the ops take float32 (issue 12 adds 16-bit inputs op by op). */
+typedef enum { CLATTN_FLOAT32 = 0, CLATTN_INT32 = 1, CLATTN_FLOAT16 = 2, CLATTN_BFLOAT16 = 3 } clattn_dtype;
 
 #define CLATTN_MAX_DIMS 4
 
 /* A borrowed view: elements [offset, offset + prod(dims)) of buf, row-major. */
 typedef struct {
     cl_mem buf;
-    size_t offset;                /* in elements */
+    size_t offset;                /* in elements of dtype */
     int ndim;                     /* 1..CLATTN_MAX_DIMS */
     size_t dims[CLATTN_MAX_DIMS]; /* dims[0] is the outermost */
     clattn_dtype dtype;
@@ -177,6 +180,14 @@ CLATTN_API clattn_status clattn_list_devices(const char *spec, char *buf, size_t
 CLATTN_API clattn_tensor clattn_view(cl_mem buf, clattn_dtype dtype, size_t offset, int ndim,
                                      const size_t *dims);
 CLATTN_API size_t clattn_tensor_numel(const clattn_tensor *t);
+/* Bytes per element: 4, or 2 for the 16-bit dtypes; 0 for an unknown one. */
+CLATTN_API size_t clattn_dtype_size(clattn_dtype dtype);
+/* Host conversions, as the device's (clattn_convert): round to nearest even; overflow gives
+ * infinity; subnormals both ways; NaN stays NaN (its payload's top bits kept, quieted). */
+CLATTN_API unsigned short clattn_float_to_half(float x);
+CLATTN_API float clattn_half_to_float(unsigned short h);
+CLATTN_API unsigned short clattn_float_to_bfloat16(float x);
+CLATTN_API float clattn_bfloat16_to_float(unsigned short b);
 /* Allocates a buffer of exactly the tensor's size (owned by the caller: clattn_tensor_release).
  * host may be NULL (uninitialised). Blocks only while host data is copied. */
 CLATTN_API clattn_status clattn_tensor_create(clattn_context *ctx, clattn_dtype dtype, int ndim,
@@ -188,7 +199,8 @@ CLATTN_API clattn_status clattn_tensor_write_blocking(clattn_context *ctx, const
                                                       const void *host);
 CLATTN_API clattn_status clattn_tensor_read_blocking(clattn_context *ctx, const clattn_tensor *t,
                                                      void *host);
-/* Fills a float32 tensor with one value (enqueued). */
+/* Fills a float32, float16 or bfloat16 tensor with one value (rounded to the dtype; enqueued).
+ * write_blocking and read_blocking move the dtype's own bytes (2 per element for 16-bit). */
 CLATTN_API clattn_status clattn_tensor_fill(clattn_context *ctx, const clattn_tensor *t, float value);
 
 /* ---- ops ---- */
@@ -198,6 +210,11 @@ CLATTN_API clattn_status clattn_tensor_fill(clattn_context *ctx, const clattn_te
 CLATTN_API clattn_status clattn_matmul(clattn_context *ctx, const clattn_tensor *A, int trans_a,
                                        const clattn_tensor *B, int trans_b, float alpha, float beta,
                                        const clattn_tensor *C);
+/* y = x converted to y's dtype, any two of float32, float16 and bfloat16 (the same dtype copies),
+ * element for element: the same number of elements, the same shape. Rounds as the host
+ * conversions above, the same bits on every device (no cl_khr_fp16 needed). */
+CLATTN_API clattn_status clattn_convert(clattn_context *ctx, const clattn_tensor *x,
+                                        const clattn_tensor *y);
 /* y = x W^T + b, W (out_features, in_features) as PyTorch, x (..., in), y (..., out), bias (out)
  * or NULL. */
 CLATTN_API clattn_status clattn_linear(clattn_context *ctx, const clattn_tensor *x,

@@ -144,6 +144,8 @@ int clattn__same_view(const clattn_tensor *a, const clattn_tensor *b);
 /* 1 when two checked views share bytes: sub-buffers are resolved to their root buffer and origin,
  * and buffers over the application's memory (CL_MEM_USE_HOST_PTR) compare host addresses. */
 int clattn__overlaps(const clattn_tensor *a, const clattn_tensor *b);
+/* "float32", "int32", "float16", "bfloat16" or "unknown". */
+const char *clattn__dtype_name(clattn_dtype d);
 /* A tensor argument and its name for messages; t NULL = absent. */
 typedef struct {
     const clattn_tensor *t;

@@ -67,7 +67,8 @@ static byte_span span_of(const clattn_tensor *t)
     size_t origin = 0;
     cl_mem_flags flags = 0;
     void *host = NULL;
-    byte_span s = {NULL, (uintptr_t)t->offset * 4, 0};
+    size_t es = clattn_dtype_size(t->dtype);
+    byte_span s = {NULL, (uintptr_t)(t->offset * es), 0};
     /* OpenCL 1.2 has no sub-buffers of sub-buffers, but later versions might: follow the chain. */
     for (int depth = 0; depth < 16; depth++) {
         if (clGetMemObjectInfo(m, CL_MEM_ASSOCIATED_MEMOBJECT, sizeof parent, &parent, NULL) !=
@@ -84,15 +85,16 @@ static byte_span span_of(const clattn_tensor *t)
         s.space = NULL;
         s.begin += (uintptr_t)host;
     }
-    s.end = s.begin + (uintptr_t)clattn_tensor_numel(t) * 4;
+    s.end = s.begin + (uintptr_t)(clattn_tensor_numel(t) * es);
     return s;
 }
 
 int clattn__overlaps(const clattn_tensor *a, const clattn_tensor *b)
 {
-    if (a->buf == b->buf) /* the common case needs no queries */
-        return a->offset < b->offset + clattn_tensor_numel(b) &&
-               b->offset < a->offset + clattn_tensor_numel(a);
+    size_t ea = clattn_dtype_size(a->dtype), eb = clattn_dtype_size(b->dtype);
+    if (a->buf == b->buf) /* the common case needs no queries; bytes, as dtypes may differ */
+        return a->offset * ea < (b->offset + clattn_tensor_numel(b)) * eb &&
+               b->offset * eb < (a->offset + clattn_tensor_numel(a)) * ea;
     byte_span x = span_of(a), y = span_of(b);
     return x.space == y.space && x.begin < y.end && y.begin < x.end;
 }
@@ -118,9 +120,17 @@ fail:
 /* Kernels index with 32-bit ints (fast on GPUs); views must stay below this many elements. */
 #define MAX_ELEMENTS ((size_t)INT_MAX)
 
-static const char *dtype_name(clattn_dtype d)
+size_t clattn_dtype_size(clattn_dtype d)
 {
-    return d == CLATTN_FLOAT32 ? "float32" : d == CLATTN_INT32 ? "int32" : "unknown";
+    return d == CLATTN_FLOAT32 || d == CLATTN_INT32 ? 4
+           : d == CLATTN_FLOAT16 || d == CLATTN_BFLOAT16 ? 2
+                                                          : 0;
+}
+
+const char *clattn__dtype_name(clattn_dtype d)
+{
+    static const char *const names[] = {"float32", "int32", "float16", "bfloat16"};
+    return clattn_dtype_size(d) ? names[d] : "unknown";
 }
 
 clattn_status clattn__check_tensor(clattn_context *ctx, const clattn_tensor *t, const char *name,
@@ -134,10 +144,11 @@ clattn_status clattn__check_tensor(clattn_context *ctx, const clattn_tensor *t, 
     CHECK(ctx, t->buf, CLATTN_ERROR_INVALID_ARGUMENT, "%s: tensor has no buffer (buf is NULL)", name);
     CHECK(ctx, t->ndim >= min_rank && t->ndim <= max_rank, CLATTN_ERROR_SHAPE_MISMATCH,
           "%s: rank %d, expected %d to %d dims", name, t->ndim, min_rank, max_rank);
-    CHECK(ctx, t->dtype == CLATTN_FLOAT32 || t->dtype == CLATTN_INT32, CLATTN_ERROR_INVALID_TENSOR,
-          "%s: dtype %d is unknown (CLATTN_FLOAT32 = 0, CLATTN_INT32 = 1)", name, (int)t->dtype);
+    CHECK(ctx, clattn_dtype_size(t->dtype), CLATTN_ERROR_INVALID_TENSOR,
+          "%s: dtype %d is unknown (CLATTN_FLOAT32 = 0, CLATTN_INT32 = 1, CLATTN_FLOAT16 = 2, "
+          "CLATTN_BFLOAT16 = 3)", name, (int)t->dtype);
     CHECK(ctx, t->dtype == dtype, CLATTN_ERROR_INVALID_TENSOR, "%s: dtype %s, expected %s", name,
-          dtype_name(t->dtype), dtype_name(dtype));
+          clattn__dtype_name(t->dtype), clattn__dtype_name(dtype));
     for (int i = 0; i < t->ndim; i++) {
         CHECK(ctx, t->dims[i] > 0, CLATTN_ERROR_SHAPE_MISMATCH, "%s: shape %s has a zero-size dim",
               name, clattn__shape_str(t, shape, sizeof shape));
@@ -153,9 +164,10 @@ clattn_status clattn__check_tensor(clattn_context *ctx, const clattn_tensor *t, 
     CHECK(ctx, owner == ctx->cl, CLATTN_ERROR_INVALID_TENSOR,
           "%s: buffer belongs to another OpenCL context than this clattn context's", name);
     CHECK_CL(ctx, clGetMemObjectInfo(t->buf, CL_MEM_SIZE, sizeof bytes, &bytes, NULL), name);
-    CHECK(ctx, (t->offset + n) * 4 <= bytes, CLATTN_ERROR_INVALID_TENSOR,
+    size_t es = clattn_dtype_size(t->dtype);
+    CHECK(ctx, (t->offset + n) * es <= bytes, CLATTN_ERROR_INVALID_TENSOR,
           "%s: view of %zu elements at offset %zu needs %zu bytes, buffer has %zu", name, n,
-          t->offset, (t->offset + n) * 4, bytes);
+          t->offset, (t->offset + n) * es, bytes);
 fail:
     return st;
 }
@@ -170,18 +182,18 @@ clattn_status clattn_tensor_create(clattn_context *ctx, clattn_dtype dtype, int 
     CHECK(ctx, dims, CLATTN_ERROR_INVALID_ARGUMENT, "dims: NULL pointer");
     CHECK(ctx, ndim >= 1 && ndim <= CLATTN_MAX_DIMS, CLATTN_ERROR_SHAPE_MISMATCH,
           "dims: rank %d, expected 1 to %d", ndim, CLATTN_MAX_DIMS);
-    CHECK(ctx, dtype == CLATTN_FLOAT32 || dtype == CLATTN_INT32, CLATTN_ERROR_INVALID_ARGUMENT,
-          "dtype: unknown (%d)", (int)dtype);
+    size_t es = clattn_dtype_size(dtype);
+    CHECK(ctx, es, CLATTN_ERROR_INVALID_ARGUMENT, "dtype: unknown (%d)", (int)dtype);
     size_t n = 1;
     for (int i = 0; i < ndim; i++) {
         CHECK(ctx, dims[i] > 0 && dims[i] <= MAX_ELEMENTS / n, CLATTN_ERROR_INVALID_TENSOR,
               "dims[%d] = %zu: zero or too large", i, dims[i]);
         n *= dims[i];
     }
-    CHECK(ctx, n * 4 <= ctx->max_alloc, CLATTN_ERROR_OUT_OF_MEMORY,
-          "dims: %zu bytes exceed the device's max allocation (%zu)", n * 4, ctx->max_alloc);
-    cl_mem m = clCreateBuffer(ctx->cl, CL_MEM_READ_WRITE | (host ? CL_MEM_COPY_HOST_PTR : 0), n * 4,
-                              (void *)host, &err);
+    CHECK(ctx, n * es <= ctx->max_alloc, CLATTN_ERROR_OUT_OF_MEMORY,
+          "dims: %zu bytes exceed the device's max allocation (%zu)", n * es, ctx->max_alloc);
+    cl_mem m = clCreateBuffer(ctx->cl, CL_MEM_READ_WRITE | (host ? CL_MEM_COPY_HOST_PTR : 0),
+                              n * es, (void *)host, &err);
     CHECK_CL(ctx, err, "clCreateBuffer");
     *out = clattn_view(m, dtype, 0, ndim, dims);
 fail:
@@ -204,7 +216,8 @@ static clattn_status transfer(clattn_context *ctx, const clattn_tensor *t, void 
     CHECK(ctx, t, CLATTN_ERROR_INVALID_ARGUMENT, "tensor: NULL");
     CHECK_ST(clattn__check_tensor(ctx, t, "tensor", t->dtype, 1, CLATTN_MAX_DIMS));
     CHECK(ctx, host, CLATTN_ERROR_INVALID_ARGUMENT, "host: NULL pointer");
-    size_t bytes = clattn_tensor_numel(t) * 4, off = t->offset * 4;
+    size_t es = clattn_dtype_size(t->dtype);
+    size_t bytes = clattn_tensor_numel(t) * es, off = t->offset * es;
     if (write)
         CHECK_CL(ctx, clEnqueueWriteBuffer(ctx->queue, t->buf, CL_TRUE, off, bytes, host, 0, NULL,
                                            NULL), "clEnqueueWriteBuffer");
@@ -230,9 +243,16 @@ clattn_status clattn_tensor_fill(clattn_context *ctx, const clattn_tensor *t, fl
 {
     clattn_status st = CLATTN_SUCCESS;
     CHECK(NULL, ctx, CLATTN_ERROR_INVALID_ARGUMENT, "ctx: NULL context");
-    CHECK_ST(clattn__check_tensor(ctx, t, "tensor", CLATTN_FLOAT32, 1, CLATTN_MAX_DIMS));
-    CHECK_CL(ctx, clEnqueueFillBuffer(ctx->queue, t->buf, &value, sizeof value, t->offset * 4,
-                                      clattn_tensor_numel(t) * 4, 0, NULL, NULL),
+    CHECK(ctx, t, CLATTN_ERROR_INVALID_ARGUMENT, "tensor: NULL tensor");
+    CHECK(ctx, t->dtype != CLATTN_INT32, CLATTN_ERROR_INVALID_TENSOR,
+          "tensor: dtype int32, expected float32, float16 or bfloat16");
+    CHECK_ST(clattn__check_tensor(ctx, t, "tensor", t->dtype, 1, CLATTN_MAX_DIMS));
+    unsigned short h = t->dtype == CLATTN_FLOAT16 ? clattn_float_to_half(value)
+                                                  : clattn_float_to_bfloat16(value);
+    size_t es = clattn_dtype_size(t->dtype);
+    const void *pattern = es == 4 ? (const void *)&value : (const void *)&h;
+    CHECK_CL(ctx, clEnqueueFillBuffer(ctx->queue, t->buf, pattern, es, t->offset * es,
+                                      clattn_tensor_numel(t) * es, 0, NULL, NULL),
              "clEnqueueFillBuffer");
     if (ctx->sync)
         CHECK_CL(ctx, clFinish(ctx->queue), "clFinish (CLATTN_SYNC)");

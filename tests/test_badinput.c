@@ -58,6 +58,8 @@ static clattn_tensor bias_bad, bias_int, bias_in_out, bias_ok;
 static clattn_attention_opts opts_bias_bad, opts_bias_int, opts_bias_in_out, opts_bias_ok;
 /* Varlen: Q (2 rows, 2 heads, 8) packed from Q's first 32 floats, two sequences. */
 static clattn_tensor vq, vk, vk3, vv, vout, vout_in_q, vlse, vlse_bad;
+/* Issue 12: 16-bit views (of Y's bytes) for clattn_convert and the float32 ops. */
+static clattn_tensor h16, h16_bad, h16_over, b16, i32v, q253;
 static const int cu_ok[3] = {0, 1, 2}, cu_first[3] = {1, 1, 2}, cu_down[3] = {0, 2, 1},
                  cu_short[3] = {0, 1, 1};
 static clattn_varlen vs_ok = {2, cu_ok, cu_ok}, vs_first = {2, cu_first, cu_ok},
@@ -196,6 +198,13 @@ static void make_decode_views(void)
     vout_in_q = view(&Q, 0, 3, H_DIMS(2, 2, 3));
     vlse = view(&Y, 0, 2, H_DIMS(2, 2));
     vlse_bad = view(&Y, 0, 2, H_DIMS(2, 1));
+    h16 = clattn_view(Y.buf, CLATTN_FLOAT16, 0, 3, H_DIMS(2, 5, 3)); /* Y's first 60 bytes */
+    h16_bad = clattn_view(Y.buf, CLATTN_FLOAT16, 0, 3, H_DIMS(2, 3, 5));
+    h16_over = clattn_view(Q.buf, CLATTN_FLOAT16, 2, 3, H_DIMS(2, 5, 3)); /* inside Q */
+    b16 = clattn_view(Y.buf, CLATTN_BFLOAT16, 0, 3, H_DIMS(2, 5, 3));
+    i32v = view(&Y, 0, 3, H_DIMS(2, 5, 3));
+    i32v.dtype = CLATTN_INT32;
+    q253 = view(&Q, 0, 3, H_DIMS(2, 5, 3));
     vopts_lse_bad.lse = &vlse_bad;
     vopts_lse_ok.lse = &vlse;
     vopts_lens.mask.valid_lens_host = cu_ok;
@@ -845,7 +854,15 @@ static clattn_status wrap_with(cl_context c, cl_device_id d, cl_command_queue q)
     X(varlen_bias, INVALID_ARGUMENT, "or bias", clattn_varlen_attention(CTX, &vq, &vk, &vv,    \
       &vs_ok, &opts_bias_ok, &vout))                                                           \
     X(varlen_alibi, SHAPE_MISMATCH, "opts.alibi_slopes", clattn_varlen_attention(CTX, &vq,     \
-      &vk, &vv, &vs_ok, &opts_sl_bad, &vout))
+      &vk, &vv, &vs_ok, &opts_sl_bad, &vout))                                                  \
+    X(convert_int32, INVALID_TENSOR, "x: dtype int32, expected float32, float16 or bfloat16",  \
+      clattn_convert(CTX, &i32v, &h16))                                                        \
+    X(convert_shape, SHAPE_MISMATCH, "y: shape (2, 3, 5), expected x's (2, 5, 3)",             \
+      clattn_convert(CTX, &O, &h16_bad))                                                       \
+    X(convert_overlap, INVALID_ARGUMENT, "y: overlaps x", clattn_convert(CTX, &q253, &h16_over)) \
+    X(convert_y_int32, INVALID_TENSOR, "y: dtype int32", clattn_convert(CTX, &b16, &i32v))     \
+    X(attention_q_float16, INVALID_TENSOR, "Q: dtype float16, expected float32",               \
+      clattn_dot_product_attention(CTX, &h16_bad, &Kk, &V, NULL, &O, NULL))
 
 typedef struct {
     const char *name;
