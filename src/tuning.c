@@ -499,7 +499,9 @@ static void write_defines(clattn_tuning *t)
     size_t used = 0;
     t->defines[0] = '\0';
     for (int i = 0; i < t->nparams && used < sizeof t->defines; i++)
-        if (strcmp(t->names[i], "LOOPS") != 0) /* host-side: kernels never see it */
+        /* host-side: kernels never see them (LOOPS: the loop budget; SK: decode's split, a
+         * kernel argument), so they build no programs of their own */
+        if (strcmp(t->names[i], "LOOPS") != 0 && strcmp(t->names[i], "SK") != 0)
             used += (size_t)snprintf(t->defines + used, sizeof t->defines - used, "-D %s=%d ",
                                  t->names[i], t->values[i]);
 }
