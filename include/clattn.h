@@ -56,7 +56,7 @@ typedef enum {
 
 /* Element types. The 16-bit ones are storage formats (IEEE binary16, and bfloat16: float32's top
  * 16 bits); tensors of them are created, written, read, filled and converted (clattn_convert),
- * and the ops take float32 (issue 12 adds 16-bit inputs op by op). */
+ * and the ops take float32 so far (a 16-bit tensor given to one is refused, named). */
 typedef enum { CLATTN_FLOAT32 = 0, CLATTN_INT32 = 1, CLATTN_FLOAT16 = 2, CLATTN_BFLOAT16 = 3 } clattn_dtype;
 
 #define CLATTN_MAX_DIMS 4
