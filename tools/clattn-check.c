@@ -40,9 +40,9 @@ static const struct {
 #define SM_ATOL 1e-9
 #define OUT_TOL 1e-4
 
-enum { MATMUL, SOFTMAX, FUSED, UNFUSED, DECODE, NCHECKS };
+enum { MATMUL, SOFTMAX, FUSED, UNFUSED, DECODE, VARLEN, NCHECKS };
 static const char *const check_names[NCHECKS] = {"matmul", "softmax", "fused attn", "unfused attn",
-                                                 "decode"};
+                                                 "decode", "varlen"};
 
 typedef struct {
     char device[160], set[16], refused[200];
@@ -342,6 +342,74 @@ static void check_decode(clattn_context *ctx, result *r)
     free(q); free(k); free(v); free(kn); free(vn); free(got);
 }
 
+/* Packed variable-length attention: 3 sequences (queries 5, 70, 1; keys 9, 70, 33), 4 query
+ * heads over 2 K/V heads, bottom-right causal, ALiBi slopes per head, against dot-product
+ * attention's reference on each sequence alone. */
+static void check_varlen(clattn_context *ctx, result *r)
+{
+    enum { B = 3, HQ = 4, HKV = 2, D = 24, DV = 40, TQ = 76, TK = 112 };
+    static const int cq[B + 1] = {0, 5, 75, 76}, ck[B + 1] = {0, 9, 79, 112};
+    static const float slopes[HQ] = {0.5f, 0.25f, 0.125f, 0.0625f};
+    const double sd[HQ] = {0.5, 0.25, 0.125, 0.0625};
+    float *q = xmalloc(TQ * HQ * D * 4), *k = xmalloc(TK * HKV * D * 4);
+    float *v = xmalloc(TK * HKV * DV * 4), *got = xmalloc(TQ * HQ * DV * 4);
+    int bad = 0;
+    fill(q, TQ * HQ * D, -2, 2);
+    fill(k, TK * HKV * D, -1, 1);
+    fill(v, TK * HKV * DV, -1, 1);
+    size_t qd[3] = {TQ, HQ, D}, kd[3] = {TK, HKV, D}, vd[3] = {TK, HKV, DV}, od[3] = {TQ, HQ, DV};
+    size_t sdims[1] = {HQ};
+    clattn_tensor tq = tensor(ctx, CLATTN_FLOAT32, 3, qd, q, &bad);
+    clattn_tensor tk = tensor(ctx, CLATTN_FLOAT32, 3, kd, k, &bad);
+    clattn_tensor tv = tensor(ctx, CLATTN_FLOAT32, 3, vd, v, &bad);
+    clattn_tensor to = tensor(ctx, CLATTN_FLOAT32, 3, od, NULL, &bad);
+    clattn_tensor ts = tensor(ctx, CLATTN_FLOAT32, 1, sdims, slopes, &bad);
+    clattn_varlen seqs = {B, cq, ck};
+    clattn_attention_opts opts;
+    memset(&opts, 0, sizeof opts);
+    opts.mask.causal = 1;
+    opts.mask.align = CLATTN_ALIGN_BOTTOM_RIGHT;
+    opts.alibi_slopes = &ts;
+    int failed = bad || clattn_varlen_attention(ctx, &tq, &tk, &tv, &seqs, &opts, &to) !=
+                            CLATTN_SUCCESS ||
+                 clattn_tensor_read_blocking(ctx, &to, got) != CLATTN_SUCCESS;
+    clattn_tensor *all[] = {&tq, &tk, &tv, &to, &ts};
+    for (int i = 0; i < 5; i++)
+        clattn_tensor_release(all[i]);
+    if (failed)
+        op_failed(r, VARLEN, ctx, "varlen_attention");
+    for (int b = 0; !failed && b < B; b++) {
+        int nq = cq[b + 1] - cq[b], nk = ck[b + 1] - ck[b], G = HQ / HKV;
+        double *qb = xmalloc(HQ * nq * D * 8), *kb = xmalloc(HQ * nk * D * 8);
+        double *vb = xmalloc(HQ * nk * DV * 8), *w = xmalloc(HQ * nq * nk * 8);
+        double *ref = xmalloc(HQ * nq * DV * 8), *scale = xmalloc(HQ * nq * DV * 8);
+        float *gb = xmalloc(HQ * nq * DV * 4);
+        for (int h = 0; h < HQ; h++) {
+            for (int i = 0; i < nq; i++) {
+                for (int e = 0; e < D; e++)
+                    qb[(h * nq + i) * D + e] = q[((cq[b] + i) * HQ + h) * D + e];
+                for (int e = 0; e < DV; e++) /* the packed output, in the reference's order */
+                    gb[(h * nq + i) * DV + e] = got[((cq[b] + i) * HQ + h) * DV + e];
+            }
+            for (int j = 0; j < nk; j++) {
+                for (int e = 0; e < D; e++)
+                    kb[(h * nk + j) * D + e] = k[((ck[b] + j) * HKV + h / G) * D + e];
+                for (int e = 0; e < DV; e++)
+                    vb[(h * nk + j) * DV + e] = v[((ck[b] + j) * HKV + h / G) * DV + e];
+            }
+        }
+        ref_mask rm = {1, HQ, nq, nk, NULL, 0, NULL, {0, 0, 0, 0}, 1, CLATTN_DEFAULT_FILL, 1,
+                       0, 0, 0, NULL, {0, 0, 0, 0}, sd, {0, 1}};
+        ref_attention(&rm, D, DV, qb, kb, vb, 1.0 / sqrt((double)D), NULL, w, ref);
+        ref_attention_scale(HQ, nq, nk, DV, w, vb, ref, scale);
+        r->err[VARLEN] = fmax(r->err[VARLEN], scaled_error(gb, ref, scale, HQ * nq * DV));
+        free(qb); free(kb); free(vb); free(w); free(ref); free(scale); free(gb);
+    }
+    if (r->err[VARLEN] >= 0)
+        r->ok[VARLEN] = r->err[VARLEN] <= OUT_TOL;
+    free(q); free(k); free(v); free(got);
+}
+
 static double now(void)
 {
     struct timespec t;
@@ -434,6 +502,7 @@ static int check_one(const char *spec, const char *device, size_t set, int quick
     check_attention(ctx, r, 0);
     check_attention(ctx, r, 1);
     check_decode(ctx, r);
+    check_varlen(ctx, r);
     if (!quick)
         bench(ctx, r);
     clattn_context_destroy(&ctx);
@@ -521,9 +590,13 @@ int main(int argc, char **argv)
     printf("\n| device | variants |");
     for (int c = 0; c < NCHECKS; c++)
         printf(" %s |", check_names[c]);
-    printf(quick ? "\n|---|---|---|---|---|---|\n"
-                 : " GEMM %d GFLOP/s | fused attention H%d N%d d%d GFLOP/s |\n"
-                   "|---|---|---|---|---|---|---:|---:|\n", GEMM_N, ATT_H, ATT_N, ATT_D);
+    if (!quick)
+        printf(" GEMM %d GFLOP/s | fused attention H%d N%d d%d GFLOP/s |", GEMM_N, ATT_H, ATT_N,
+               ATT_D);
+    printf("\n|---|---|"); /* one column per check, then the figures */
+    for (int c = 0; c < NCHECKS; c++)
+        printf("---|");
+    printf(quick ? "\n" : "---:|---:|\n");
     for (int i = 0; i < nres; i++)
         print_row(&res[i], quick);
     printf("\nChecks: worst scaled error against the double references (pass: within the test "
