@@ -56,7 +56,8 @@ typedef enum {
 
 /* Element types. The 16-bit ones are storage formats (IEEE binary16, and bfloat16: float32's top
  * 16 bits); tensors of them are created, written, read, filled and converted (clattn_convert),
- * and the ops take float32 so far (a 16-bit tensor given to one is refused, named). */
+ * the head transposes move them as bits, and the other ops take float32 so far (a 16-bit tensor
+ * given to one is refused, named). */
 typedef enum { CLATTN_FLOAT32 = 0, CLATTN_INT32 = 1, CLATTN_FLOAT16 = 2, CLATTN_BFLOAT16 = 3 } clattn_dtype;
 
 #define CLATTN_MAX_DIMS 4
@@ -230,7 +231,8 @@ CLATTN_API clattn_status clattn_masked_softmax(clattn_context *ctx, const clattn
  * as (B*H, T, dh) or (B, H, T, dh). */
 CLATTN_API clattn_status clattn_transpose_qkv(clattn_context *ctx, const clattn_tensor *x,
                                               int num_heads, const clattn_tensor *out);
-/* The inverse: (B*H, T, dh) or (B, H, T, dh) -> (B, T, H*dh). */
+/* The inverse: (B*H, T, dh) or (B, H, T, dh) -> (B, T, H*dh). Both take float32, float16 or
+ * bfloat16, x and out of one dtype. */
 CLATTN_API clattn_status clattn_transpose_output(clattn_context *ctx, const clattn_tensor *x,
                                                  int num_heads, const clattn_tensor *out);
 /* y = x * keep / (1 - p) with keep drawn from Philox4x32-10 keyed by (seed, offset, element index);

@@ -2,19 +2,28 @@
 #include "attention.h"
 #include <stdio.h>
 
-clattn_status clattn__enqueue_heads(clattn_context *ctx, cl_mem src, size_t s_off, cl_mem dst,
-                                    size_t d_off, int B, int T, int H, int dh, int to_heads)
+/* The transpose of elements of `bytes` bytes (4, or 2 for the 16-bit dtypes). */
+static clattn_status enqueue_sized(clattn_context *ctx, int bytes, cl_mem src, size_t s_off,
+                                   cl_mem dst, size_t d_off, int B, int T, int H, int dh,
+                                   int to_heads)
 {
     clattn_status st = CLATTN_SUCCESS;
     cl_kernel k;
     int so = (int)s_off, dof = (int)d_off;
-    CHECK_ST(clattn__get_kernel(ctx, "heads.cl", "", "transpose_heads", &k));
+    CHECK_ST(clattn__get_kernel(ctx, "heads.cl", bytes == 2 ? "-D ELEM=ushort " : "",
+                                "transpose_heads", &k));
     CHECK_ST(clattn__set_args(ctx, k, "transpose_heads", ARG(src), ARG(so), ARG(dst), ARG(dof),
                               ARG(T), ARG(H), ARG(dh), ARG(to_heads), ARGS_END));
     size_t gws[3] = {(size_t)dh, (size_t)H, (size_t)B * T};
     CHECK_ST(clattn__launch(ctx, k, 3, gws, NULL, "transpose_heads"));
 fail:
     return st;
+}
+
+clattn_status clattn__enqueue_heads(clattn_context *ctx, cl_mem src, size_t s_off, cl_mem dst,
+                                    size_t d_off, int B, int T, int H, int dh, int to_heads)
+{
+    return enqueue_sized(ctx, 4, src, s_off, dst, d_off, B, T, H, dh, to_heads);
 }
 
 /* seq is (B, T, H*dh); heads is (B*H, T, dh) or (B, H, T, dh). */
@@ -24,8 +33,10 @@ static clattn_status check_pair(clattn_context *ctx, const clattn_tensor *seq, c
     clattn_status st = CLATTN_SUCCESS;
     char s1[96], s2[96];
     CHECK(NULL, ctx, CLATTN_ERROR_INVALID_ARGUMENT, "ctx: NULL context");
-    CHECK_ST(clattn__check_tensor(ctx, seq, seq_name, CLATTN_FLOAT32, 3, 3));
-    CHECK_ST(clattn__check_tensor(ctx, heads, heads_name, CLATTN_FLOAT32, 3, 4));
+    CHECK(ctx, !seq || seq->dtype != CLATTN_INT32, CLATTN_ERROR_INVALID_TENSOR,
+          "%s: dtype int32, expected float32, float16 or bfloat16", seq_name);
+    CHECK_ST(clattn__check_tensor(ctx, seq, seq_name, seq ? seq->dtype : CLATTN_FLOAT32, 3, 3));
+    CHECK_ST(clattn__check_tensor(ctx, heads, heads_name, seq->dtype, 3, 4));
     size_t B = seq->dims[0], T = seq->dims[1], hid = seq->dims[2];
     CHECK(ctx, H > 0 && hid % (size_t)H == 0, CLATTN_ERROR_INVALID_ARGUMENT,
           "num_heads: %d does not divide the hidden size %zu of %s", H, hid, seq_name);
@@ -52,9 +63,9 @@ static clattn_status transpose(clattn_context *ctx, const clattn_tensor *seq, co
     CHECK_DRY_RUN(ctx, transpose(ctx, seq, seq_name, heads, heads_name, H, to_heads));
     CHECK_ST(check_pair(ctx, seq, seq_name, heads, heads_name, H));
     const clattn_tensor *src = to_heads ? seq : heads, *dst = to_heads ? heads : seq;
-    CHECK_ST(clattn__enqueue_heads(ctx, src->buf, src->offset, dst->buf, dst->offset,
-                                   (int)seq->dims[0], (int)seq->dims[1], H,
-                                   (int)(seq->dims[2] / (size_t)H), to_heads));
+    CHECK_ST(enqueue_sized(ctx, (int)clattn_dtype_size(seq->dtype), src->buf, src->offset,
+                           dst->buf, dst->offset, (int)seq->dims[0], (int)seq->dims[1], H,
+                           (int)(seq->dims[2] / (size_t)H), to_heads));
 fail:
     return st;
 }

@@ -103,6 +103,9 @@ void h_poison(const clattn_tensor *t)
     assert_non_null(nan);
     for (size_t i = 0; i < n; i++)
         nan[i] = NAN;
+    if (clattn_dtype_size(t->dtype) == 2) /* 16-bit NaNs, one per element */
+        for (size_t i = 0; i < n; i++)
+            ((unsigned short *)nan)[i] = t->dtype == CLATTN_FLOAT16 ? 0x7e00 : 0x7fc0;
     clattn_status rc = clattn_tensor_write_blocking(h_ctx, t, nan);
     free(nan);
     if (rc != CLATTN_SUCCESS)
@@ -173,7 +176,7 @@ void h_assert_lse(const float *got, const double *ref, const double *mag, size_t
 void h_assert_bytes(const clattn_tensor *t, const void *expect, const char *what)
 {
     void *got = h_read(t);
-    if (memcmp(got, expect, clattn_tensor_numel(t) * 4) != 0) {
+    if (memcmp(got, expect, clattn_tensor_numel(t) * clattn_dtype_size(t->dtype)) != 0) {
         free(got);
         fail_msg("%s: output buffer was modified", what);
     }

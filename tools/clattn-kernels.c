@@ -23,6 +23,13 @@ static const struct {
     {"attention", "flash.cl"},
 };
 
+/* Option sets the ops build outside the tuning table: the transposes of 16-bit elements. */
+static const struct {
+    const char *file, *defines;
+} extra_sets[] = {
+    {"heads.cl", "-D ELEM=ushort "},
+};
+
 static const char *kernel_file(const char *op, char *buf, size_t size)
 {
     for (size_t i = 0; i < sizeof op_files / sizeof op_files[0]; i++)
@@ -113,6 +120,8 @@ int main(int argc, char **argv)
     }
     for (int i = 0; i < n; i++)
         ok &= emit(&ctx, v[i].op, NULL, v[i].defines);
+    for (size_t i = 0; i < sizeof extra_sets / sizeof extra_sets[0]; i++)
+        ok &= emit(&ctx, NULL, extra_sets[i].file, extra_sets[i].defines);
     for (int i = 1; i < argc; i++)
         if (strcmp(argv[i], "--tune") == 0)
             ok &= emit_override(&ctx, argv[++i]);
