@@ -91,6 +91,26 @@ static inline float clattn_slope(__global const float *slopes, int slopes_off, i
     p = fma(p, r, (T)(1.0f));                                                                    \
     return p * two_n;
 
+/* exp(x) = 2^(x log2 e) for x <= 0 (a score minus its running maximum) by CLATTN_EXP2_NEG, about
+ * 2 ulp with the product's rounding, at the widths the kernels use. */
+static inline float clattn_exp_neg(float x)
+{
+    x *= M_LOG2E_F;
+    CLATTN_EXP2_NEG(float, int)
+}
+
+static inline float8 clattn_exp_neg8(float8 x)
+{
+    x *= (float8)(M_LOG2E_F);
+    CLATTN_EXP2_NEG(float8, int8)
+}
+
+static inline float16 clattn_exp_neg16(float16 x)
+{
+    x *= (float16)(M_LOG2E_F);
+    CLATTN_EXP2_NEG(float16, int16)
+}
+
 static inline float clattn_masked(float x, int k, int lo, int limit, __global const int *mrow,
                                   int msk, float fill)
 {

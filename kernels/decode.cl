@@ -111,20 +111,6 @@ static inline float hsum16(float16 v)
     return (b.x + b.y) + (b.z + b.w);
 }
 
-/* exp(x) for x <= 0 (a score minus the running maximum) by common.cl's CLATTN_EXP2_NEG, about half
- * the vector instructions of PoCL's builtin exp. */
-static inline float16 exp_neg16(float16 x)
-{
-    x *= (float16)(M_LOG2E_F);
-    CLATTN_EXP2_NEG(float16, int16)
-}
-
-static inline float exp_neg(float x)
-{
-    x *= M_LOG2E_F;
-    CLATTN_EXP2_NEG(float, int)
-}
-
 static inline void store_state(__global float *part, size_t row, int nsplit, int s, int dv,
                                float m, float l)
 {
@@ -217,8 +203,8 @@ __kernel void decode_cpu(DECODE_PARAMS)
             x = select((float16)(-INFINITY), x, idx < (int16)(k_hi));
             float bm = hmax16(x), mn = bm > m[r] ? bm : m[r];
             float mz = mn == -INFINITY ? 0.0f : mn;
-            corr[r] = exp_neg(m[r] - mz); /* 0 from m = -inf */
-            x = exp_neg16(x - (float16)(mz));
+            corr[r] = clattn_exp_neg(m[r] - mz); /* 0 from m = -inf */
+            x = clattn_exp_neg16(x - (float16)(mz)); /* common.cl: half the builtin's work */
             l[r] = l[r] * corr[r] + hsum16(x);
             m[r] = mn;
             vstore16(x, 0, st[r]);

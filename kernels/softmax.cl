@@ -39,8 +39,7 @@
 #define vloadV vload16
 #define vstoreV vstore16
 #define convert_floatV convert_float16
-#define as_floatV as_float16
-#define as_intV as_int16
+#define expnegV clattn_exp_neg16 /* common.cl */
 #define LANES (int16)(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15)
 #else
 #define floatV float8
@@ -48,26 +47,13 @@
 #define vloadV vload8
 #define vstoreV vstore8
 #define convert_floatV convert_float8
-#define as_floatV as_float8
-#define as_intV as_int8
+#define expnegV clattn_exp_neg8
 #define LANES (int8)(0, 1, 2, 3, 4, 5, 6, 7)
 #endif
 
-/* exp(x) for x <= 0 (a score minus its row's maximum; -inf gives 0, NaN stays NaN): 2^(x log2 e)
- * by common.cl's CLATTN_EXP2_NEG (about 2 ulp with the product's rounding), half the vector
- * instructions of PoCL's builtin exp. The same code for a floatV and for one float (row tails),
- * so tied scores get tied weights. */
-static inline floatV expnegV(floatV x)
-{
-    x *= (floatV)(M_LOG2E_F);
-    CLATTN_EXP2_NEG(floatV, intV)
-}
-
-static inline float expneg(float x)
-{
-    x *= M_LOG2E_F;
-    CLATTN_EXP2_NEG(float, int)
-}
+/* exp(x) for x <= 0 (a score minus its row's maximum; -inf gives 0, NaN stays NaN): common.cl's
+ * polynomial (expnegV, clattn_exp_neg), half the vector instructions of PoCL's builtin exp, the
+ * same code for a floatV and for one float (row tails), so tied scores get tied weights. */
 
 /* What a row adds to its scores before the mask: the bias row (NULL: none; key stride bsk, 1 or
  * 0 where it broadcasts), then ALiBi (when alibi) with this slope and the key on the row's
@@ -173,11 +159,11 @@ static inline float softmax_prefix(__global const float *xr, __global float *yr,
         vstoreV(e, 0, yr + k);
     }
     for (; k < limit; k++) {
-        float e = expneg(xr[k] - m);
+        float e = clattn_exp_neg(xr[k] - m);
         s += e;
         yr[k] = e;
     }
-    float e_fill = limit < K ? expneg(fill - m) : 0.0f;
+    float e_fill = limit < K ? clattn_exp_neg(fill - m) : 0.0f;
     s += hsum(sv) + (float)(K - limit) * e_fill;
 
     float inv = 1.0f / s;
@@ -233,7 +219,8 @@ __kernel void masked_softmax_rows(__global const float *x, int x_off, __global f
         vstoreV(e, 0, yr + k);
     }
     for (; k < K; k++) {
-        float e = expneg(clattn_masked(biased(xr, k, ad), k, lo, limit, mrow, ms.w, fill) - m);
+        float v = clattn_masked(biased(xr, k, ad), k, lo, limit, mrow, ms.w, fill);
+        float e = clattn_exp_neg(v - m);
         s += e;
         yr[k] = e;
     }
