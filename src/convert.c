@@ -70,25 +70,14 @@ float clattn_bfloat16_to_float(unsigned short b)
     return float_of((uint32_t)b << 16);
 }
 
-static clattn_status check_float(clattn_context *ctx, const clattn_tensor *t, const char *name)
-{
-    clattn_status st = CLATTN_SUCCESS;
-    CHECK(ctx, t, CLATTN_ERROR_INVALID_ARGUMENT, "%s: NULL tensor", name);
-    CHECK(ctx, t->dtype != CLATTN_INT32, CLATTN_ERROR_INVALID_TENSOR,
-          "%s: dtype int32, expected float32, float16 or bfloat16", name);
-    CHECK_ST(clattn__check_tensor(ctx, t, name, t->dtype, 1, CLATTN_MAX_DIMS));
-fail:
-    return st;
-}
-
 clattn_status clattn_convert(clattn_context *ctx, const clattn_tensor *x, const clattn_tensor *y)
 {
     clattn_status st = CLATTN_SUCCESS;
     char s1[96], s2[96];
     cl_kernel k;
     CHECK(NULL, ctx, CLATTN_ERROR_INVALID_ARGUMENT, "ctx: NULL context");
-    CHECK_ST(check_float(ctx, x, "x"));
-    CHECK_ST(check_float(ctx, y, "y"));
+    CHECK_ST(clattn__check_float_tensor(ctx, x, "x", 1, CLATTN_MAX_DIMS));
+    CHECK_ST(clattn__check_float_tensor(ctx, y, "y", 1, CLATTN_MAX_DIMS));
     CHECK(ctx, x->ndim == y->ndim && memcmp(x->dims, y->dims, sizeof(size_t) * x->ndim) == 0,
           CLATTN_ERROR_SHAPE_MISMATCH, "y: shape %s, expected x's %s",
           clattn__shape_str(y, s1, sizeof s1), clattn__shape_str(x, s2, sizeof s2));

@@ -33,9 +33,7 @@ static clattn_status check_pair(clattn_context *ctx, const clattn_tensor *seq, c
     clattn_status st = CLATTN_SUCCESS;
     char s1[96], s2[96];
     CHECK(NULL, ctx, CLATTN_ERROR_INVALID_ARGUMENT, "ctx: NULL context");
-    CHECK(ctx, !seq || seq->dtype != CLATTN_INT32, CLATTN_ERROR_INVALID_TENSOR,
-          "%s: dtype int32, expected float32, float16 or bfloat16", seq_name);
-    CHECK_ST(clattn__check_tensor(ctx, seq, seq_name, seq ? seq->dtype : CLATTN_FLOAT32, 3, 3));
+    CHECK_ST(clattn__check_float_tensor(ctx, seq, seq_name, 3, 3));
     CHECK_ST(clattn__check_tensor(ctx, heads, heads_name, seq->dtype, 3, 4));
     size_t B = seq->dims[0], T = seq->dims[1], hid = seq->dims[2];
     CHECK(ctx, H > 0 && hid % (size_t)H == 0, CLATTN_ERROR_INVALID_ARGUMENT,

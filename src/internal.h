@@ -136,6 +136,9 @@ void clattn__clear_error(clattn_context *ctx);
  * argument's full name for messages ("opts.mask.valid_lens"). */
 clattn_status clattn__check_tensor(clattn_context *ctx, const clattn_tensor *t, const char *name,
                                    clattn_dtype dtype, int min_rank, int max_rank);
+/* As clattn__check_tensor, for any of the float dtypes (float32, float16, bfloat16). */
+clattn_status clattn__check_float_tensor(clattn_context *ctx, const clattn_tensor *t,
+                                         const char *name, int min_rank, int max_rank);
 /* "(2, 3, 4)" */
 const char *clattn__shape_str(const clattn_tensor *t, char *buf, size_t size);
 size_t clattn__batch_count(const clattn_tensor *t, int inner_dims);

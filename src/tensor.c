@@ -172,6 +172,18 @@ fail:
     return st;
 }
 
+clattn_status clattn__check_float_tensor(clattn_context *ctx, const clattn_tensor *t,
+                                         const char *name, int min_rank, int max_rank)
+{
+    clattn_status st = CLATTN_SUCCESS;
+    CHECK(ctx, !t || t->dtype != CLATTN_INT32, CLATTN_ERROR_INVALID_TENSOR,
+          "%s: dtype int32, expected float32, float16 or bfloat16", name);
+    CHECK_ST(clattn__check_tensor(ctx, t, name, t ? t->dtype : CLATTN_FLOAT32, min_rank,
+                                  max_rank));
+fail:
+    return st;
+}
+
 clattn_status clattn_tensor_create(clattn_context *ctx, clattn_dtype dtype, int ndim,
                                    const size_t *dims, const void *host, clattn_tensor *out)
 {
@@ -243,10 +255,7 @@ clattn_status clattn_tensor_fill(clattn_context *ctx, const clattn_tensor *t, fl
 {
     clattn_status st = CLATTN_SUCCESS;
     CHECK(NULL, ctx, CLATTN_ERROR_INVALID_ARGUMENT, "ctx: NULL context");
-    CHECK(ctx, t, CLATTN_ERROR_INVALID_ARGUMENT, "tensor: NULL tensor");
-    CHECK(ctx, t->dtype != CLATTN_INT32, CLATTN_ERROR_INVALID_TENSOR,
-          "tensor: dtype int32, expected float32, float16 or bfloat16");
-    CHECK_ST(clattn__check_tensor(ctx, t, "tensor", t->dtype, 1, CLATTN_MAX_DIMS));
+    CHECK_ST(clattn__check_float_tensor(ctx, t, "tensor", 1, CLATTN_MAX_DIMS));
     unsigned short h = t->dtype == CLATTN_FLOAT16 ? clattn_float_to_half(value)
                                                   : clattn_float_to_bfloat16(value);
     size_t es = clattn_dtype_size(t->dtype);
