@@ -9,26 +9,27 @@
 /* Which of the kernels' (D0, D1, Q, K) slots each axis of a rank-r score tensor lands in. */
 static const int slot_of[5][4] = {{0}, {3}, {2, 3}, {0, 2, 3}, {0, 1, 2, 3}};
 
-/* The (D0, D1, Q, K) strides of a tensor broadcast to scores of rank `rank` (0 where it
- * broadcasts). */
+/* The (D0, D1, Q, K) strides of a tensor broadcast to the first rank - skip axes of scores of rank
+ * `rank` (skip 0: the whole shape; 2: the leading dims), 0 where it broadcasts. */
 static clattn_status broadcast_strides(clattn_context *ctx, const clattn_tensor *mt,
-                                       clattn_dtype dtype, int rank, const size_t *sdims,
-                                       const char *name, cl_int4 *out)
+                                       clattn_dtype dtype, int rank, int skip,
+                                       const size_t *sdims, const char *name, cl_int4 *out)
 {
     clattn_status st = CLATTN_SUCCESS;
     char shape[96];
-    int s[4] = {0, 0, 0, 0};
+    const char *to = skip ? "the scores' leading dims" : "the scores";
+    int s[4] = {0, 0, 0, 0}, n = rank - skip;
     CHECK_ST(clattn__check_tensor(ctx, mt, name, dtype, 1, 4));
-    CHECK(ctx, mt->ndim <= rank, CLATTN_ERROR_SHAPE_MISMATCH,
-          "%s: shape %s has more dims than the scores (%d)", name,
-          clattn__shape_str(mt, shape, sizeof shape), rank);
+    CHECK(ctx, mt->ndim <= n, CLATTN_ERROR_SHAPE_MISMATCH,
+          "%s: shape %s has more dims than %s (%d)", name,
+          clattn__shape_str(mt, shape, sizeof shape), to, n);
     size_t stride = 1;
     for (int i = mt->ndim - 1; i >= 0; i--) {
-        int axis = rank - mt->ndim + i;
+        int axis = n - mt->ndim + i;
         size_t want = sdims[axis];
         CHECK(ctx, mt->dims[i] == 1 || mt->dims[i] == want, CLATTN_ERROR_SHAPE_MISMATCH,
-              "%s: shape %s does not broadcast to the scores: dim %d is %zu, expected 1 or %zu",
-              name, clattn__shape_str(mt, shape, sizeof shape), i, mt->dims[i], want);
+              "%s: shape %s does not broadcast to %s: dim %d is %zu, expected 1 or %zu", name,
+              clattn__shape_str(mt, shape, sizeof shape), to, i, mt->dims[i], want);
         s[slot_of[rank][axis]] = mt->dims[i] == 1 ? 0 : (int)stride;
         stride *= mt->dims[i];
     }
@@ -43,7 +44,7 @@ static clattn_status resolve_tensor_mask(clattn_context *ctx, const clattn_tenso
                                          clattn_mask_args *out)
 {
     clattn_status st = CLATTN_SUCCESS;
-    CHECK_ST(broadcast_strides(ctx, mt, CLATTN_INT32, rank, sdims, name, &out->ms));
+    CHECK_ST(broadcast_strides(ctx, mt, CLATTN_INT32, rank, 0, sdims, name, &out->ms));
     out->mask = mt->buf;
     out->mask_off = (int)mt->offset;
 fail:
@@ -54,7 +55,7 @@ clattn_status clattn__resolve_bias(clattn_context *ctx, const clattn_tensor *bia
                                    const size_t *sdims, const char *name, clattn_mask_args *o)
 {
     clattn_status st = CLATTN_SUCCESS;
-    CHECK_ST(broadcast_strides(ctx, bias, CLATTN_FLOAT32, rank, sdims, name, &o->bs));
+    CHECK_ST(broadcast_strides(ctx, bias, CLATTN_FLOAT32, rank, 0, sdims, name, &o->bs));
     o->bias = bias->buf;
     o->bias_off = (int)bias->offset;
 fail:
@@ -65,29 +66,15 @@ clattn_status clattn__resolve_slopes(clattn_context *ctx, const clattn_tensor *s
                                      const size_t *sdims, const char *name, clattn_mask_args *o)
 {
     clattn_status st = CLATTN_SUCCESS;
-    char shape[96];
-    int lead = rank - 2, s[4] = {0, 0, 0, 0};
-    CHECK(ctx, lead > 0, CLATTN_ERROR_SHAPE_MISMATCH,
+    cl_int4 s;
+    CHECK(ctx, rank > 2, CLATTN_ERROR_SHAPE_MISMATCH,
           "%s: scores of rank %d have no leading (batch or head) dims to give slopes to", name,
           rank);
-    CHECK_ST(clattn__check_tensor(ctx, slopes, name, CLATTN_FLOAT32, 1, 2));
-    CHECK(ctx, slopes->ndim <= lead, CLATTN_ERROR_SHAPE_MISMATCH,
-          "%s: shape %s has more dims than the scores' %d leading ones", name,
-          clattn__shape_str(slopes, shape, sizeof shape), lead);
-    size_t stride = 1;
-    for (int i = slopes->ndim - 1; i >= 0; i--) {
-        int axis = lead - slopes->ndim + i;
-        CHECK(ctx, slopes->dims[i] == 1 || slopes->dims[i] == sdims[axis],
-              CLATTN_ERROR_SHAPE_MISMATCH, "%s: shape %s does not broadcast to the scores' "
-              "leading dims: dim %d is %zu, expected 1 or %zu", name,
-              clattn__shape_str(slopes, shape, sizeof shape), i, slopes->dims[i], sdims[axis]);
-        s[slot_of[rank][axis]] = slopes->dims[i] == 1 ? 0 : (int)stride;
-        stride *= slopes->dims[i];
-    }
+    CHECK_ST(broadcast_strides(ctx, slopes, CLATTN_FLOAT32, rank, 2, sdims, name, &s));
     o->slopes = slopes->buf;
     o->slopes_off = (int)slopes->offset;
-    o->ss.s[0] = s[0];
-    o->ss.s[1] = s[1];
+    o->ss.s[0] = s.s[0];
+    o->ss.s[1] = s.s[1];
 fail:
     return st;
 }
