@@ -42,6 +42,16 @@ fail:
     return st;
 }
 
+clattn_status clattn__resolve_scale(clattn_context *ctx, const clattn_attention_opts *opts,
+                                    size_t d, float *scale)
+{
+    clattn_status st = CLATTN_SUCCESS;
+    *scale = opts && opts->scale != 0.0f ? opts->scale : (float)(1.0 / sqrt((double)d));
+    CHECK(ctx, isfinite(*scale), CLATTN_ERROR_INVALID_ARGUMENT, "opts.scale: not finite");
+fail:
+    return st;
+}
+
 clattn_status clattn__resolve_opts(clattn_context *ctx, const clattn_attention_opts *opts,
                                    int rank, const size_t *sdims, const clattn_arg *ins, int nins,
                                    const clattn_arg *outs, int nouts, clattn_mask_args *m,
@@ -207,9 +217,8 @@ clattn_status clattn_dot_product_attention(clattn_context *ctx, const clattn_ten
     CHECK_DRY_RUN(ctx, clattn_dot_product_attention(ctx, Q, K, V, opts, out, weights));
     CHECK(NULL, ctx, CLATTN_ERROR_INVALID_ARGUMENT, "ctx: NULL context");
     CHECK_ST(check_qkv(ctx, Q, K, V, out, weights));
-    float scale = opts && opts->scale != 0.0f ? opts->scale
-                                              : (float)(1.0 / sqrt((double)Q->dims[Q->ndim - 1]));
-    CHECK(ctx, isfinite(scale), CLATTN_ERROR_INVALID_ARGUMENT, "opts.scale: not finite");
+    float scale;
+    CHECK_ST(clattn__resolve_scale(ctx, opts, Q->dims[Q->ndim - 1], &scale));
     size_t sdims[4];
     memcpy(sdims, Q->dims, sizeof sdims);
     sdims[Q->ndim - 1] = K->dims[K->ndim - 2];

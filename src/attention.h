@@ -63,6 +63,9 @@ clattn_status clattn__attention_core(clattn_context *ctx, const clattn_tensor *Q
 clattn_status clattn__check_module_inputs(clattn_context *ctx, const clattn_tensor *q,
                                          const clattn_tensor *k, const clattn_tensor *v,
                                          const clattn_tensor *out);
+/* *scale = opts.scale, or 1/sqrt(d) when opts is NULL or its scale 0; fails when not finite. */
+clattn_status clattn__resolve_scale(clattn_context *ctx, const clattn_attention_opts *opts,
+                                    size_t d, float *scale);
 /* Checks opts' dropout and lse and resolves its mask for scores of the given shape (opts may be
  * NULL); the lse must not overlap ins or outs, nor the mask's tensors outs or the lse. *drop is
  * the dropout to apply (NULL for none), *lse opts' lse (NULL for none). Release m with

@@ -1,6 +1,5 @@
 /* clattn_decode_attention: KV-cache decoding, split over key ranges and merged (kernels/decode.cl). */
 #include "attention.h"
-#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -355,9 +354,8 @@ clattn_status clattn_decode_attention(clattn_context *ctx, const clattn_tensor *
         const clattn_arg o[1] = {{lse, "opts.lse"}}, others[1] = {{out, "out"}};
         CHECK_ST(clattn__check_no_overlap(ctx, o, 1, others, 1));
     }
-    float scale = opts && opts->scale != 0.0f ? opts->scale
-                                              : (float)(1.0 / sqrt((double)Q->dims[3]));
-    CHECK(ctx, isfinite(scale), CLATTN_ERROR_INVALID_ARGUMENT, "opts.scale: not finite");
+    float scale;
+    CHECK_ST(clattn__resolve_scale(ctx, opts, Q->dims[3], &scale));
     int A = cache->k_new ? (int)Q->dims[2] : 0;
     if (ctx->sync)
         CHECK_ST(clattn__check_device_lens(ctx, cache->lens, "cache.lens",

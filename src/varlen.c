@@ -92,7 +92,6 @@ static clattn_status check_opts(clattn_context *ctx, const clattn_attention_opts
     CHECK(ctx, !mk->valid_lens && !mk->valid_lens_host && !mk->mask && !opts->bias,
           CLATTN_ERROR_INVALID_ARGUMENT, "opts: varlen attention takes no valid lengths, mask "
           "tensor or bias (each sequence's keys are its own)");
-    CHECK(ctx, isfinite(opts->scale), CLATTN_ERROR_INVALID_ARGUMENT, "opts.scale: not finite");
     CHECK_ST(clattn__check_dropout(ctx, &opts->dropout, "opts.dropout"));
     p->mask = *mk;
     p->drop = clattn__dropout_active(&opts->dropout) ? &opts->dropout : NULL;
@@ -110,10 +109,8 @@ static clattn_status check_opts(clattn_context *ctx, const clattn_attention_opts
         p->ss = m.ss;
     }
     const clattn_arg outs[2] = {{out, "out"}, {p->lse, "opts.lse"}};
-    const clattn_arg ins[5] = {{Q, "Q"}, {K, "K"}, {V, "V"}, {p->slopes, "opts.alibi_slopes"},
-                               {p->lse ? out : NULL, "out"}};
-    CHECK_ST(clattn__check_no_overlap(ctx, outs + 1, 1, ins, 5));
-    CHECK_ST(clattn__check_no_overlap(ctx, outs, 1, ins + 3, 1));
+    const clattn_arg ins[4] = {{Q, "Q"}, {K, "K"}, {V, "V"}, {p->slopes, "opts.alibi_slopes"}};
+    CHECK_ST(clattn__check_no_overlap(ctx, outs, 2, ins, 4));
 fail:
     return st;
 }
@@ -250,7 +247,7 @@ clattn_status clattn_varlen_attention(clattn_context *ctx, const clattn_tensor *
     CHECK_ST(check_cu(ctx, p.cq, p.B, Q->dims[0], "seqs.cu_seqlens_q", "Q"));
     CHECK_ST(check_cu(ctx, p.ck, p.B, K->dims[0], "seqs.cu_seqlens_k", "K"));
     CHECK_ST(check_opts(ctx, opts, Q, K, V, out, &p));
-    p.scale = opts && opts->scale != 0.0f ? opts->scale : (float)(1.0 / sqrt((double)p.d));
+    CHECK_ST(clattn__resolve_scale(ctx, opts, (size_t)p.d, &p.scale));
     CHECK_ST(clattn__tune(ctx, "attention", &p.att));
     for (int b = 0; b < p.B; b++)
         CHECK_ST(run_seq(ctx, &p, b, Q, K, V, out));
