@@ -177,9 +177,9 @@ clattn_status clattn__set_args(clattn_context *ctx, cl_kernel k, const char *wha
 /* Enqueues a buffer copy of `bytes` (nothing in a dry run). Honours sync mode. */
 clattn_status clattn__copy(clattn_context *ctx, cl_mem src, size_t src_bytes_off, cl_mem dst,
                            size_t dst_bytes_off, size_t bytes, const char *what);
-/* Enqueues a fill of n floats from element off of buf with value (nothing in a dry run). Honours
- * sync mode. */
-clattn_status clattn__fill(clattn_context *ctx, cl_mem buf, size_t off, size_t n, float value,
+/* Enqueues a fill of the float view t (float32, or 16-bit: value rounded to its dtype) with
+ * value; nothing in a dry run. Honours sync mode. */
+clattn_status clattn__fill(clattn_context *ctx, const clattn_tensor *t, float value,
                            const char *what);
 #define ARG(x) sizeof(x), (const void *)&(x)
 #define ARGS_END ((size_t)0)

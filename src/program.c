@@ -474,16 +474,20 @@ fail:
     return st;
 }
 
-clattn_status clattn__fill(clattn_context *ctx, cl_mem buf, size_t off, size_t n, float value,
+clattn_status clattn__fill(clattn_context *ctx, const clattn_tensor *t, float value,
                            const char *what)
 {
     clattn_status st = CLATTN_SUCCESS;
     char where[128];
-    if (ctx->dry_run || n == 0)
+    size_t es = clattn_dtype_size(t->dtype);
+    unsigned short h = t->dtype == CLATTN_FLOAT16 ? clattn_float_to_half(value)
+                                                  : clattn_float_to_bfloat16(value);
+    const void *pattern = es == 4 ? (const void *)&value : (const void *)&h;
+    if (ctx->dry_run)
         return CLATTN_SUCCESS;
     snprintf(where, sizeof where, "clEnqueueFillBuffer(%s)", what);
-    CHECK_CL(ctx, clEnqueueFillBuffer(ctx->queue, buf, &value, sizeof value, off * 4, n * 4, 0,
-                                      NULL, NULL), where);
+    CHECK_CL(ctx, clEnqueueFillBuffer(ctx->queue, t->buf, pattern, es, t->offset * es,
+                                      clattn_tensor_numel(t) * es, 0, NULL, NULL), where);
     CHECK_ST(finish_if_sync(ctx, what));
 fail:
     return st;

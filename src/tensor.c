@@ -256,15 +256,7 @@ clattn_status clattn_tensor_fill(clattn_context *ctx, const clattn_tensor *t, fl
     clattn_status st = CLATTN_SUCCESS;
     CHECK(NULL, ctx, CLATTN_ERROR_INVALID_ARGUMENT, "ctx: NULL context");
     CHECK_ST(clattn__check_float_tensor(ctx, t, "tensor", 1, CLATTN_MAX_DIMS));
-    unsigned short h = t->dtype == CLATTN_FLOAT16 ? clattn_float_to_half(value)
-                                                  : clattn_float_to_bfloat16(value);
-    size_t es = clattn_dtype_size(t->dtype);
-    const void *pattern = es == 4 ? (const void *)&value : (const void *)&h;
-    CHECK_CL(ctx, clEnqueueFillBuffer(ctx->queue, t->buf, pattern, es, t->offset * es,
-                                      clattn_tensor_numel(t) * es, 0, NULL, NULL),
-             "clEnqueueFillBuffer");
-    if (ctx->sync)
-        CHECK_CL(ctx, clFinish(ctx->queue), "clFinish (CLATTN_SYNC)");
+    CHECK_ST(clattn__fill(ctx, t, value, "tensor"));
 fail:
     return st;
 }

@@ -205,12 +205,15 @@ static clattn_status run_seq(clattn_context *ctx, const varlen_plan *p, int b,
     size_t rows = (size_t)nq * (size_t)p->Hq, q0 = (size_t)p->cq[b] * (size_t)p->Hq;
     if (nq == 0)
         return CLATTN_SUCCESS;
-    if (nk == 0) {
-        CHECK_ST(clattn__fill(ctx, out->buf, out->offset + q0 * p->dv, rows * p->dv, 0.0f,
-                              "varlen: a sequence without keys"));
-        if (p->lse)
-            CHECK_ST(clattn__fill(ctx, p->lse->buf, p->lse->offset + q0, rows, -INFINITY,
-                                  "varlen: a sequence without keys"));
+    if (nk == 0) { /* the sequence's output rows and LSEs, contiguous */
+        size_t no = rows * (size_t)p->dv;
+        clattn_tensor o = clattn_view(out->buf, CLATTN_FLOAT32, out->offset + q0 * p->dv, 1, &no);
+        CHECK_ST(clattn__fill(ctx, &o, 0.0f, "varlen: a sequence without keys"));
+        if (p->lse) {
+            clattn_tensor l = clattn_view(p->lse->buf, CLATTN_FLOAT32, p->lse->offset + q0, 1,
+                                          &rows);
+            CHECK_ST(clattn__fill(ctx, &l, -INFINITY, "varlen: a sequence without keys"));
+        }
         return CLATTN_SUCCESS;
     }
     CHECK_ST(seq_mask(ctx, p, b, nq, nk, &m, &drop));
