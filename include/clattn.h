@@ -158,7 +158,8 @@ CLATTN_API clattn_status clattn_context_create(clattn_context **ctx, const clatt
 CLATTN_API clattn_status clattn_context_wrap(clattn_context **ctx, cl_context context,
                                              cl_device_id device, cl_command_queue queue,
                                              const clattn_params *params);
-/* NULL-safe; sets *ctx to NULL. Does not wait for queued work of a wrapped queue. */
+/* NULL-safe; sets *ctx to NULL. Waits for the work queued on a queue it created (clFinish);
+ * does not wait for queued work of a wrapped queue. */
 CLATTN_API void clattn_context_destroy(clattn_context **ctx);
 CLATTN_API cl_context clattn_context_cl(const clattn_context *ctx);
 CLATTN_API cl_device_id clattn_context_device(const clattn_context *ctx);
@@ -222,7 +223,8 @@ CLATTN_API clattn_status clattn_linear(clattn_context *ctx, const clattn_tensor 
                                        const clattn_tensor *W, const clattn_tensor *bias,
                                        const clattn_tensor *y);
 /* out = softmax over the last axis of scores with mask applied. out may be scores itself (the same
- * buf and offset: in place). */
+ * buf, offset and dtype: in place). scores and out: float32, float16 or bfloat16, in any
+ * combination (float32 arithmetic; a 16-bit out is each weight rounded once). */
 CLATTN_API clattn_status clattn_masked_softmax(clattn_context *ctx, const clattn_tensor *scores,
                                                const clattn_mask *mask, const clattn_tensor *out);
 

@@ -1,7 +1,8 @@
 /* clattn masked softmax over the last axis.
  *
- * Layout: x and y are row-major (D0, D1, Q, K) float32 starting at element offsets x_off, y_off;
- * nrows = D0 * D1 * Q. y may alias x. lse: NULL, or row r's log-sum-exp at lse[lse_off + r]. A bias
+ * Layout: x and y are row-major (D0, D1, Q, K) starting at element offsets x_off, y_off, of the
+ * dtypes XT and YT (dtype.cl's codes: float32, float16 or bfloat16); nrows = D0 * D1 * Q. y may
+ * alias x (then XT == YT). lse: NULL, or row r's log-sum-exp at lse[lse_off + r]. A bias
  * and ALiBi (common.cl) are added to each score before the mask; y aliasing x reads each score
  * once before it writes it.
  * Mask arguments as described in common.cl.
@@ -9,8 +10,23 @@
  * its log-sum-exp is log(0) = -inf and its outputs 0 * (1 / 0) = NaN, as PyTorch's softmax.
  * Variants: masked_softmax_rows (CPU shape: one work-item per row, VW-wide vectors, three passes
  * over a row that stays in L1) and masked_softmax_wg (GPU shape: one work-group of WG items per row,
- * strided coalesced loads and tree reductions in local memory). */
+ * strided coalesced loads and tree reductions in local memory).
+ * A float32 y holds each row's exponentials between the sum and the scaling pass; a 16-bit y
+ * could not hold them unrounded, so there the last pass computes them again from x (KEEP_E and
+ * E_AGAIN): one rounding per output, and the same bytes read as a 16-bit copy. */
 #include "common.cl"
+#include "dtype.cl"
+
+#ifndef XT
+#define XT 0
+#endif
+#ifndef YT
+#define YT 0
+#endif
+#define XTYPE CLATTN_T(XT)
+#define YTYPE CLATTN_T(YT)
+#define LDX(p) CLATTN_LOAD(XT, p)
+#define STY(v, p) CLATTN_STORE(YT, v, p)
 
 #ifndef VW
 #define VW 8
@@ -36,19 +52,43 @@
 #if VW == 16
 #define floatV float16
 #define intV int16
-#define vloadV vload16
-#define vstoreV vstore16
+#define LDXV(p) CLATTN_LOAD16(XT, p)
+#define STYV(v, p) CLATTN_STORE16(YT, v, p)
 #define convert_floatV convert_float16
 #define expnegV clattn_exp_neg16 /* common.cl */
 #define LANES (int16)(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15)
 #else
 #define floatV float8
 #define intV int8
-#define vloadV vload8
-#define vstoreV vstore8
+#define LDXV(p) CLATTN_LOAD8(XT, p)
+#define STYV(v, p) CLATTN_STORE8(YT, v, p)
 #define convert_floatV convert_float8
 #define expnegV clattn_exp_neg8
 #define LANES (int8)(0, 1, 2, 3, 4, 5, 6, 7)
+#endif
+#if VW == 16
+#define vloadV vload16 /* for the float32 mask and bias rows */
+#else
+#define vloadV vload8
+#endif
+
+/* KEEP_E stores exponential e for the scaling pass where y can hold it; E_AGAIN(p, expr) is then
+ * that exponential again: read back, or (16-bit y) expr computed anew. */
+#if YT == 0
+#define KEEP_EV(e, p) STYV(e, p)
+#define KEEP_E(e, p) STY(e, p)
+#define E_AGAINV(p, expr) LDYV(p)
+#define E_AGAIN(p, expr) (*(p))
+#if VW == 16
+#define LDYV(p) vload16(0, p)
+#else
+#define LDYV(p) vload8(0, p)
+#endif
+#else
+#define KEEP_EV(e, p)
+#define KEEP_E(e, p)
+#define E_AGAINV(p, expr) (expr)
+#define E_AGAIN(p, expr) (expr)
 #endif
 
 /* exp(x) for x <= 0 (a score minus its row's maximum; -inf gives 0, NaN stays NaN): common.cl's
@@ -78,10 +118,10 @@ static inline addend row_addend(__global const float *bias, int bias_off, int4 b
 }
 
 /* VW masked scores starting at key k (all < K). */
-static inline floatV masked_vec(__global const float *x, int k, int lo, int limit,
+static inline floatV masked_vec(__global const XTYPE *x, int k, int lo, int limit,
                                 __global const int *mrow, int msk, float fill, addend ad)
 {
-    floatV v = vloadV(0, x + k);
+    floatV v = LDXV(x + k);
     if (ad.brow)
         v += ad.bsk ? vloadV(0, ad.brow + k) : (floatV)(ad.brow[0]);
     if (ad.alibi)
@@ -99,9 +139,9 @@ static inline floatV masked_vec(__global const float *x, int k, int lo, int limi
 }
 
 /* Score k of row xr plus its addend. */
-static inline float biased(__global const float *xr, int k, addend ad)
+static inline float biased(__global const XTYPE *xr, int k, addend ad)
 {
-    float x = xr[k];
+    float x = LDX(xr + k);
     if (ad.brow)
         x += ad.brow[ad.bsk * k];
     if (ad.alibi)
@@ -138,50 +178,50 @@ static inline float hsum(floatV v)
  * and every key past them holds the same fill value, so its exponential is computed once, the
  * blocked scores are never read, and the blocked outputs are one constant. Same result as
  * masking every element first. */
-static inline float softmax_prefix(__global const float *xr, __global float *yr, int K, int limit,
+static inline float softmax_prefix(__global const XTYPE *xr, __global YTYPE *yr, int K, int limit,
                                    float fill)
 {
     int lv = limit - limit % VW, k;
     floatV mv = (floatV)(-INFINITY);
     float m = limit < K ? fill : -INFINITY;
     for (k = 0; k < lv; k += VW)
-        mv = fmax(mv, vloadV(0, xr + k));
+        mv = fmax(mv, LDXV(xr + k));
     for (; k < limit; k++)
-        m = fmax(m, xr[k]);
+        m = fmax(m, LDX(xr + k));
     m = fmax(m, hmax(mv));
     m = m == -INFINITY ? 0.0f : m; /* see the top of the file */
 
     floatV sv = (floatV)(0.0f);
     float s = 0.0f;
     for (k = 0; k < lv; k += VW) {
-        floatV e = expnegV(vloadV(0, xr + k) - (floatV)(m));
+        floatV e = expnegV(LDXV(xr + k) - (floatV)(m));
         sv += e;
-        vstoreV(e, 0, yr + k);
+        KEEP_EV(e, yr + k);
     }
     for (; k < limit; k++) {
-        float e = clattn_exp_neg(xr[k] - m);
+        float e = clattn_exp_neg(LDX(xr + k) - m);
         s += e;
-        yr[k] = e;
+        KEEP_E(e, yr + k);
     }
     float e_fill = limit < K ? clattn_exp_neg(fill - m) : 0.0f;
     s += hsum(sv) + (float)(K - limit) * e_fill;
 
     float inv = 1.0f / s;
     for (k = 0; k < lv; k += VW)
-        vstoreV(vloadV(0, yr + k) * (floatV)(inv), 0, yr + k);
+        STYV(E_AGAINV(yr + k, expnegV(LDXV(xr + k) - (floatV)(m))) * (floatV)(inv), yr + k);
     for (; k < limit; k++)
-        yr[k] *= inv;
+        STY(E_AGAIN(yr + k, clattn_exp_neg(LDX(xr + k) - m)) * inv, yr + k);
     float y_fill = e_fill * inv;
     for (; k < K && k % VW; k++)
-        yr[k] = y_fill;
+        STY(y_fill, yr + k);
     for (; k + VW <= K; k += VW)
-        vstoreV((floatV)(y_fill), 0, yr + k);
+        STYV((floatV)(y_fill), yr + k);
     for (; k < K; k++)
-        yr[k] = y_fill;
+        STY(y_fill, yr + k);
     return m + log(s);
 }
 
-__kernel void masked_softmax_rows(__global const float *x, int x_off, __global float *y, int y_off,
+__kernel void masked_softmax_rows(__global const XTYPE *x, int x_off, __global YTYPE *y, int y_off,
                                   __global float *lse, int lse_off, int nrows, int K, MASK_PARAMS)
 {
     int r = get_global_id(0);
@@ -192,8 +232,8 @@ __kernel void masked_softmax_rows(__global const float *x, int x_off, __global f
     int lo = clattn_row_lo(q, K, win);
     __global const int *mrow = clattn_mask_row(mask, mask_off, ms, d0, d1, q);
     addend ad = row_addend(bias, bias_off, bs, slopes, slopes_off, ss, d0, d1, q, Q, K);
-    __global const float *xr = x + x_off + (size_t)r * K;
-    __global float *yr = y + y_off + (size_t)r * K;
+    __global const XTYPE *xr = x + x_off + (size_t)r * K;
+    __global YTYPE *yr = y + y_off + (size_t)r * K;
     if (!mrow && !ad.brow && !ad.alibi && lo == 0) {
         float l = softmax_prefix(xr, yr, K, limit, fill);
         if (lse)
@@ -216,27 +256,33 @@ __kernel void masked_softmax_rows(__global const float *x, int x_off, __global f
     for (k = 0; k < kv; k += VW) {
         floatV e = expnegV(masked_vec(xr, k, lo, limit, mrow, ms.w, fill, ad) - (floatV)(m));
         sv += e;
-        vstoreV(e, 0, yr + k);
+        KEEP_EV(e, yr + k);
     }
     for (; k < K; k++) {
         float v = clattn_masked(biased(xr, k, ad), k, lo, limit, mrow, ms.w, fill);
         float e = clattn_exp_neg(v - m);
         s += e;
-        yr[k] = e;
+        KEEP_E(e, yr + k);
     }
     s += hsum(sv);
     if (lse)
         lse[lse_off + r] = m + log(s);
 
     float inv = 1.0f / s;
-    for (k = 0; k < kv; k += VW)
-        vstoreV(vloadV(0, yr + k) * (floatV)(inv), 0, yr + k);
-    for (; k < K; k++)
-        yr[k] *= inv;
+    for (k = 0; k < kv; k += VW) {
+        floatV e = E_AGAINV(yr + k, expnegV(masked_vec(xr, k, lo, limit, mrow, ms.w, fill, ad) -
+                                            (floatV)(m)));
+        STYV(e * (floatV)(inv), yr + k);
+    }
+    for (; k < K; k++) {
+        float e = E_AGAIN(yr + k, clattn_exp_neg(clattn_masked(biased(xr, k, ad), k, lo, limit,
+                                                               mrow, ms.w, fill) - m));
+        STY(e * inv, yr + k);
+    }
 }
 
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
-void masked_softmax_wg(__global const float *x, int x_off, __global float *y, int y_off,
+void masked_softmax_wg(__global const XTYPE *x, int x_off, __global YTYPE *y, int y_off,
                        __global float *lse, int lse_off, int nrows, int K, MASK_PARAMS)
 {
     __local float red[WG];
@@ -246,8 +292,8 @@ void masked_softmax_wg(__global const float *x, int x_off, __global float *y, in
     int lo = clattn_row_lo(q, K, win);
     __global const int *mrow = clattn_mask_row(mask, mask_off, ms, d0, d1, q);
     addend ad = row_addend(bias, bias_off, bs, slopes, slopes_off, ss, d0, d1, q, Q, K);
-    __global const float *xr = x + x_off + (size_t)r * K;
-    __global float *yr = y + y_off + (size_t)r * K;
+    __global const XTYPE *xr = x + x_off + (size_t)r * K;
+    __global YTYPE *yr = y + y_off + (size_t)r * K;
 
     float m = -INFINITY;
     for (int k = t; k < K; k += WG)
@@ -266,7 +312,7 @@ void masked_softmax_wg(__global const float *x, int x_off, __global float *y, in
     for (int k = t; k < K; k += WG) {
         float e = exp(clattn_masked(biased(xr, k, ad), k, lo, limit, mrow, ms.w, fill) - m);
         s += e;
-        yr[k] = e;
+        KEEP_E(e, yr + k);
     }
     red[t] = s;
     barrier(CLK_LOCAL_MEM_FENCE);
@@ -278,6 +324,9 @@ void masked_softmax_wg(__global const float *x, int x_off, __global float *y, in
     if (lse && t == 0)
         lse[lse_off + r] = m + log(red[0]);
     float inv = 1.0f / red[0];
-    for (int k = t; k < K; k += WG)
-        yr[k] *= inv;
+    for (int k = t; k < K; k += WG) {
+        float e = E_AGAIN(yr + k, exp(clattn_masked(biased(xr, k, ad), k, lo, limit, mrow, ms.w,
+                                                    fill) - m));
+        STY(e * inv, yr + k);
+    }
 }

@@ -137,6 +137,7 @@ clattn_status clattn_context_create(clattn_context **out, const clattn_params *p
     CHECK_CL(NULL, err, "clCreateContext");
     c->queue = clCreateCommandQueue(c->cl, c->device, 0, &err);
     CHECK_CL(NULL, err, "clCreateCommandQueue");
+    c->owns_queue = 1;
     query_device(c);
     if (clattn__check_tuning(c) != CLATTN_SUCCESS)
         CHECK(NULL, 0, CLATTN_ERROR_INVALID_ARGUMENT, "%s", c->err);
@@ -189,6 +190,11 @@ void clattn_context_destroy(clattn_context **pc)
     if (!pc || !*pc)
         return;
     clattn_context *c = *pc;
+    /* The work queued on its own queue finishes first: an implementation may still be compiling
+     * for a launch (PoCL builds work-group functions when a kernel runs), which a process that
+     * exits right after destroy would tear down under it. */
+    if (c->queue && c->owns_queue)
+        clFinish(c->queue);
     clattn__release_programs(c);
     for (int i = 0; i < CLATTN_SCRATCH_COUNT; i++)
         if (c->scratch[i])

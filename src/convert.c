@@ -84,15 +84,17 @@ clattn_status clattn_convert(clattn_context *ctx, const clattn_tensor *x, const 
     const clattn_arg outs[1] = {{y, "y"}}, ins[1] = {{x, "x"}};
     CHECK_ST(clattn__check_no_overlap(ctx, outs, 1, ins, 1));
     int n = (int)clattn_tensor_numel(x), xo = (int)x->offset, yo = (int)y->offset;
-    int xt = (int)x->dtype, yt = (int)y->dtype;
     size_t es = clattn_dtype_size(x->dtype);
-    if (xt == yt) /* bit for bit, signalling NaNs too */
+    if (x->dtype == y->dtype) /* bit for bit, signalling NaNs too */
         return clattn__copy(ctx, x->buf, x->offset * es, y->buf, y->offset * es, n * es,
                             "convert");
-    CHECK_ST(clattn__get_kernel(ctx, "convert.cl", "", "convert", &k));
-    CHECK_ST(clattn__set_args(ctx, k, "convert", ARG(x->buf), ARG(xo), ARG(xt), ARG(y->buf),
-                              ARG(yo), ARG(yt), ARG(n), ARGS_END));
-    size_t gws = (size_t)n;
+    char defs[32] = "";
+    clattn__dtype_define(defs, sizeof defs, "XT", x->dtype);
+    clattn__dtype_define(defs, sizeof defs, "YT", y->dtype);
+    CHECK_ST(clattn__get_kernel(ctx, "convert.cl", defs, "convert", &k));
+    CHECK_ST(clattn__set_args(ctx, k, "convert", ARG(x->buf), ARG(xo), ARG(y->buf), ARG(yo),
+                              ARG(n), ARGS_END));
+    size_t gws = ((size_t)n + 7) / 8;
     CHECK_ST(clattn__launch(ctx, k, 1, &gws, NULL, "convert"));
 fail:
     return st;

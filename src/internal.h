@@ -37,6 +37,7 @@ struct clattn_context {
     cl_context cl;
     cl_device_id device;
     cl_command_queue queue;
+    int owns_queue; /* created by clattn_context_create (destroy then finishes it) */
     cl_device_type type;
     char name[256], vendor[256], platform_name[256], platform_version[256], driver[128];
     char description[1280];
@@ -181,6 +182,10 @@ clattn_status clattn__copy(clattn_context *ctx, cl_mem src, size_t src_bytes_off
  * value; nothing in a dry run. Honours sync mode. */
 clattn_status clattn__fill(clattn_context *ctx, const clattn_tensor *t, float value,
                            const char *what);
+/* Appends " -D name=code" to the defines in buf (size bytes) when dtype is a 16-bit one (the
+ * kernels' operand type codes, kernels/dtype.cl); float32, their default, adds nothing, so the
+ * float32 programs keep their options. Returns buf. */
+char *clattn__dtype_define(char *buf, size_t size, const char *name, clattn_dtype dtype);
 #define ARG(x) sizeof(x), (const void *)&(x)
 #define ARGS_END ((size_t)0)
 /* Builds the complete option string of a program (common options + tuning defines) into buf;

@@ -20,6 +20,14 @@ int clattn__build_options(const clattn_context *ctx, const char *defines, char *
              defines ? defines : "");
 }
 
+char *clattn__dtype_define(char *buf, size_t size, const char *name, clattn_dtype dtype)
+{
+    size_t used = strlen(buf);
+    if (dtype != CLATTN_FLOAT32 && used < size)
+        snprintf(buf + used, size - used, "-D %s=%d ", name, (int)dtype);
+    return buf;
+}
+
 static char *read_file(const char *path)
 {
     FILE *f = fopen(path, "rb");

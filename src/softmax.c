@@ -13,15 +13,16 @@ clattn_status clattn_masked_softmax(clattn_context *ctx, const clattn_tensor *sc
     char s1[96], s2[96];
     CHECK_DRY_RUN(ctx, clattn_masked_softmax(ctx, scores, mask, out));
     CHECK(NULL, ctx, CLATTN_ERROR_INVALID_ARGUMENT, "ctx: NULL context");
-    CHECK_ST(clattn__check_tensor(ctx, scores, "scores", CLATTN_FLOAT32, 1, 4));
-    CHECK_ST(clattn__check_tensor(ctx, out, "out", CLATTN_FLOAT32, 1, 4));
+    CHECK_ST(clattn__check_float_tensor(ctx, scores, "scores", 1, 4));
+    CHECK_ST(clattn__check_float_tensor(ctx, out, "out", 1, 4));
     CHECK(ctx, scores->ndim == out->ndim &&
                    memcmp(scores->dims, out->dims, sizeof(size_t) * (size_t)out->ndim) == 0,
           CLATTN_ERROR_SHAPE_MISMATCH, "out: shape %s, expected the scores' shape %s",
           clattn__shape_str(out, s1, sizeof s1), clattn__shape_str(scores, s2, sizeof s2));
     CHECK(ctx, clattn__same_view(out, scores) || !clattn__overlaps(out, scores),
           CLATTN_ERROR_INVALID_ARGUMENT,
-          "out: overlaps scores without being the same view (in place: the same buf and offset)");
+          "out: overlaps scores without being the same view (in place: the same buf, offset and "
+          "dtype)");
     const clattn_arg outs[1] = {{out, "out"}};
     CHECK_ST(clattn__resolve_mask(ctx, mask, scores, "mask", outs, 1, &m));
     CHECK_ST(clattn__tune(ctx, "softmax", &tune));
@@ -61,6 +62,7 @@ clattn_status clattn__enqueue_softmax(clattn_context *ctx, const clattn_tuning *
     clattn_status st = CLATTN_SUCCESS;
     cl_kernel k;
     clattn_tuning t = *tune;
+    char defs[sizeof t.defines + 32];
     int gpu = strcmp(t.variant, "gpu") == 0;
     int nrows = (int)(clattn_tensor_numel(x) / m->K), K = m->K;
     int x_off = (int)x->offset, y_off = (int)y->offset, WG = clattn__tune_int(&t, "WG", 128);
@@ -68,7 +70,10 @@ clattn_status clattn__enqueue_softmax(clattn_context *ctx, const clattn_tuning *
     int lse_off = lse ? (int)lse->offset : 0;
     size_t gws = (size_t)nrows, lws = 0, kernel_wg = 0;
     for (;;) {
-        CHECK_ST(clattn__get_kernel(ctx, "softmax.cl", t.defines,
+        snprintf(defs, sizeof defs, "%s", t.defines);
+        clattn__dtype_define(defs, sizeof defs, "XT", x->dtype);
+        clattn__dtype_define(defs, sizeof defs, "YT", y->dtype);
+        CHECK_ST(clattn__get_kernel(ctx, "softmax.cl", defs,
                                     gpu ? "masked_softmax_wg" : "masked_softmax_rows", &k));
         if (!gpu)
             break;

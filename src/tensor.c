@@ -50,7 +50,7 @@ size_t clattn__batch_count(const clattn_tensor *t, int inner_dims)
 
 int clattn__same_view(const clattn_tensor *a, const clattn_tensor *b)
 {
-    return a->buf == b->buf && a->offset == b->offset;
+    return a->buf == b->buf && a->offset == b->offset && a->dtype == b->dtype;
 }
 
 /* The bytes a view covers, in the storage that holds them: a sub-buffer's bytes are its root

@@ -84,6 +84,65 @@ clattn_tensor h_tensor(clattn_dtype dt, int ndim, const size_t *dims, const void
     return t;
 }
 
+const clattn_dtype h_float_dtypes[3] = {CLATTN_FLOAT32, CLATTN_FLOAT16, CLATTN_BFLOAT16};
+
+const char *h_dtype_name(clattn_dtype dt)
+{
+    return dt == CLATTN_FLOAT16 ? "float16" : dt == CLATTN_BFLOAT16 ? "bfloat16" : "float32";
+}
+
+static unsigned short to16(float x, clattn_dtype dt)
+{
+    return dt == CLATTN_FLOAT16 ? clattn_float_to_half(x) : clattn_float_to_bfloat16(x);
+}
+
+static float from16(unsigned short b, clattn_dtype dt)
+{
+    return dt == CLATTN_FLOAT16 ? clattn_half_to_float(b) : clattn_bfloat16_to_float(b);
+}
+
+void h_round(float *x, size_t n, clattn_dtype dt)
+{
+    if (dt != CLATTN_FLOAT32)
+        for (size_t i = 0; i < n; i++)
+            x[i] = from16(to16(x[i], dt), dt);
+}
+
+clattn_tensor h_tensor_as(clattn_dtype dt, int ndim, const size_t *dims, const float *host)
+{
+    if (dt == CLATTN_FLOAT32 || !host)
+        return h_tensor(dt, ndim, dims, host);
+    size_t n = 1;
+    for (int i = 0; i < ndim; i++)
+        n *= dims[i];
+    unsigned short *b = malloc((n ? n : 1) * sizeof *b);
+    assert_non_null(b);
+    for (size_t i = 0; i < n; i++)
+        b[i] = to16(host[i], dt);
+    clattn_tensor t = h_tensor(dt, ndim, dims, b);
+    free(b);
+    return t;
+}
+
+float *h_read_float(const clattn_tensor *t)
+{
+    float *p = h_read(t); /* 4 bytes per element: room for the floats */
+    if (t->dtype != CLATTN_FLOAT32)
+        for (size_t i = clattn_tensor_numel(t); i-- > 0;) /* from the end: in place */
+            p[i] = from16(((unsigned short *)p)[i], t->dtype);
+    return p;
+}
+
+double h_unit_roundoff(clattn_dtype dt)
+{
+    return dt == CLATTN_FLOAT16 ? 0x1p-11 : dt == CLATTN_BFLOAT16 ? 0x1p-8 : 0x1p-24;
+}
+
+double h_subnormal_step(clattn_dtype dt)
+{
+    return dt == CLATTN_FLOAT16 ? 0x1p-25 : 0.0;
+}
+
 clattn_tensor h_batched(int nlead, const size_t *lead, size_t rows, size_t cols, const float *host)
 {
     size_t dims[4];

@@ -25,6 +25,20 @@ void h_fill(float *x, size_t n, double lo, double hi);
 clattn_tensor h_tensor(clattn_dtype dt, int ndim, const size_t *dims, const void *host);
 /* A float tensor of nlead leading dims lead[] then (rows, cols). */
 clattn_tensor h_batched(int nlead, const size_t *lead, size_t rows, size_t cols, const float *host);
+/* 16-bit storage. h_round rounds host floats in place to what dtype dt stores (nearest even;
+ * float32: unchanged), so that a reference computed from them sees the device's inputs.
+ * h_tensor_as uploads floats as dtype dt (rounding them as h_round); h_read_float reads any float
+ * tensor back as floats. h_unit_roundoff is dt's u: a stored value is x (1 + e), |e| <= u, for
+ * x in the normal range (2^-24, 2^-11 float16, 2^-8 bfloat16). h_subnormal_step: dt's absolute
+ * rounding below its normal range, half its smallest subnormal (0 for float32 and bfloat16,
+ * whose subnormals sit far below any value the tests compare: 2^-25 for float16). */
+void h_round(float *x, size_t n, clattn_dtype dt);
+clattn_tensor h_tensor_as(clattn_dtype dt, int ndim, const size_t *dims, const float *host);
+float *h_read_float(const clattn_tensor *t);
+double h_unit_roundoff(clattn_dtype dt);
+double h_subnormal_step(clattn_dtype dt);
+extern const clattn_dtype h_float_dtypes[3]; /* float32, float16, bfloat16 */
+const char *h_dtype_name(clattn_dtype dt);
 /* Fills a float tensor with NaN so an unwritten element fails the comparison. */
 void h_poison(const clattn_tensor *t);
 /* 1 when CLATTN_TEST_SMALL is set (the Oclgrind setup): tests skip only their biggest cases. */

@@ -195,6 +195,50 @@ static void test_device_from_16(void **s)
     free(all); free(hf); free(bf); free(hb); free(bh); free(hh);
 }
 
+/* x (n elements of dtype xt) converted into y (dtype yt) in views of 7 elements: fewer than the
+ * kernel's 8 per work-item, so every element takes its scalar path (the lanes above take the
+ * 8-wide one). */
+static void *device_convert_scalar(const void *hx, clattn_dtype xt, clattn_dtype yt, size_t n)
+{
+    clattn_tensor tx = h_tensor(xt, 1, H_DIMS(n), hx), ty = h_tensor(yt, 1, H_DIMS(n), NULL);
+    void *out = malloc(n * clattn_dtype_size(yt));
+    for (size_t i = 0; i < n; i += 7) {
+        size_t len = n - i < 7 ? n - i : 7;
+        clattn_tensor vx = clattn_view(tx.buf, xt, i, 1, H_DIMS(len));
+        clattn_tensor vy = clattn_view(ty.buf, yt, i, 1, H_DIMS(len));
+        if (clattn_convert(h_ctx, &vx, &vy) != CLATTN_SUCCESS)
+            fail_msg("clattn_convert: %s", clattn_last_error(h_ctx));
+    }
+    assert_int_equal(clattn_tensor_read_blocking(h_ctx, &ty, out), CLATTN_SUCCESS);
+    clattn_tensor_release(&tx);
+    clattn_tensor_release(&ty);
+    return out;
+}
+
+/* The scalar paths: every float16 pattern (every 31st under Oclgrind) to float32, and the edge
+ * floats with others to both 16-bit formats, as the host converts them. */
+static void test_device_scalar(void **s)
+{
+    (void)s;
+    size_t n = 65536, step = h_small() ? 31 : 1, m = 0, nf = 7 * 300;
+    unsigned short *pat = malloc(n * 2);
+    for (size_t i = 0; i < n; i += step)
+        pat[m++] = (unsigned short)i;
+    float *hf = device_convert_scalar(pat, CLATTN_FLOAT16, CLATTN_FLOAT32, m);
+    for (size_t i = 0; i < m; i++)
+        if (bits(hf[i]) != bits(clattn_half_to_float(pat[i])))
+            fail_msg("scalar convert 0x%04x to float32: 0x%08x, expected 0x%08x", pat[i],
+                     bits(hf[i]), bits(clattn_half_to_float(pat[i])));
+    float *x = test_floats(nf);
+    unsigned short *h = device_convert_scalar(x, CLATTN_FLOAT32, CLATTN_FLOAT16, nf);
+    unsigned short *b = device_convert_scalar(x, CLATTN_FLOAT32, CLATTN_BFLOAT16, nf);
+    for (size_t i = 0; i < nf; i++) {
+        assert_rounded(h[i], ref_half(x[i]), x[i], "scalar convert float32 -> float16");
+        assert_rounded(b[i], ref_bf16(x[i]), x[i], "scalar convert float32 -> bfloat16");
+    }
+    free(pat); free(hf); free(x); free(h); free(b);
+}
+
 /* 16-bit tensors: created from host bits, filled (the value rounded), read and written as 2-byte
  * elements, views at element offsets of their own dtype. */
 static void test_tensors(void **s)
@@ -232,6 +276,11 @@ static void test_mixed_overlap(void **s)
     h_assert_error(clattn_convert(h_ctx, &f32, &h_in), CLATTN_ERROR_INVALID_ARGUMENT,
                    "y: overlaps x");
     assert_int_equal(clattn_convert(h_ctx, &f32, &h_out), CLATTN_SUCCESS);
+    unsigned short got[8];
+    assert_int_equal(clattn_tensor_read_blocking(h_ctx, &t, got), CLATTN_SUCCESS);
+    assert_int_equal(got[4], 0x4000); /* float32 element 1 (2.0) as float16, over element 2 */
+    assert_int_equal(got[5], 0x4040); /* untouched: the upper half of element 2 (3.0) */
+    assert_int_equal(got[3], 0x4000); /* and of element 1 */
     clattn_tensor_release(&t);
 }
 
@@ -266,6 +315,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_host_float_to_16), cmocka_unit_test(test_host_16_to_float),
         cmocka_unit_test(test_device_from_float), cmocka_unit_test(test_device_from_16),
+        cmocka_unit_test(test_device_scalar),
         cmocka_unit_test(test_tensors),           cmocka_unit_test(test_mixed_overlap),
         cmocka_unit_test(test_bad_input),
     };

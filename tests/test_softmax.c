@@ -26,15 +26,20 @@ typedef struct {
     int inplace;
     const int *fixed_lens; /* NULL = random lengths in [0, K] */
     int align, window, wl, wr; /* clattn_mask's align, window, window_left, window_right */
+    clattn_dtype xt, yt;   /* the scores' and the output's dtypes (0: float32) */
+    int ninf;              /* > 0: every ninf-th score is -inf (1: every score) */
 } sm_case;
 
-static void check_rows_sum_to_one(const float *y, size_t rows, size_t K)
+/* A 16-bit output's roundings, each within u of its weight, move a row's sum by at most u. */
+static void check_rows_sum_to_one(const float *y, size_t rows, size_t K, double u)
 {
     for (size_t r = 0; r < rows; r++) {
         double s = 0;
         for (size_t k = 0; k < K; k++)
             s += y[r * K + k];
-        if (!(fabs(s - 1.0) <= 1e-5 * sqrt((double)K) + 1e-6))
+        if (isnan(y[r * K])) /* a row of -inf scores: NaN, checked against the reference */
+            continue;
+        if (!(fabs(s - 1.0) <= 1e-5 * sqrt((double)K) + 1e-6 + u))
             fail_msg("row %zu sums to %.9g", r, s);
     }
 }
@@ -56,22 +61,31 @@ static void run(const sm_case *c)
     float *x = malloc(n * 4);
     double *ref = malloc(n * 8);
     h_fill(x, n, -c->scale, c->scale);
+    for (size_t i = 0; c->ninf && i < n; i += (size_t)c->ninf)
+        x[i] = -INFINITY;
+    h_round(x, n, c->xt); /* the reference sees the stored scores */
     h_mask_make(&hm, &spec, c->rank, c->dims);
-    clattn_tensor tx = h_tensor(CLATTN_FLOAT32, c->rank, c->dims, x);
-    clattn_tensor ty = c->inplace ? tx : h_tensor(CLATTN_FLOAT32, c->rank, c->dims, NULL);
+    clattn_tensor tx = h_tensor_as(c->xt, c->rank, c->dims, x);
+    clattn_tensor ty = c->inplace ? tx : h_tensor(c->yt, c->rank, c->dims, NULL);
     if (!c->inplace)
         h_poison(&ty);
     if (clattn_masked_softmax(h_ctx, &tx, &hm.m, &ty) != CLATTN_SUCCESS)
         fail_msg("masked_softmax: %s", clattn_last_error(h_ctx));
-    float *got = h_read(&ty);
+    float *got = h_read_float(&ty);
     ref_masked_softmax(&hm.r, x, ref);
-    char what[200];
-    snprintf(what, sizeof what, "softmax rank %d (%d,%d,%d,%d) lens %d%s mask rank %d causal %d "
-             "align %d window %d (%d, %d)", c->rank, hm.r.D0, hm.r.D1, hm.r.Q, hm.r.K, c->lens,
+    char what[240];
+    snprintf(what, sizeof what, "softmax %s -> %s rank %d (%d,%d,%d,%d) lens %d%s mask rank %d "
+             "causal %d align %d window %d (%d, %d)", h_dtype_name(c->xt), h_dtype_name(ty.dtype),
+             c->rank, hm.r.D0, hm.r.D1, hm.r.Q, hm.r.K, c->lens,
              c->lens_on_device ? " (device)" : "", c->mask_rank, c->causal, c->align, c->window,
              c->wl, c->wr);
-    h_assert_close(got, ref, n, SM_RTOL, SM_ATOL, what);
-    check_rows_sum_to_one(got, n / K, K);
+    /* A 16-bit output is the float32 result y rounded once: |got - ref| <= |y - ref| + u |y|,
+     * u the output's unit roundoff, |y| <= |ref| (1 + SM_RTOL) + SM_ATOL, so the bounds grow
+     * by u (and float16's subnormal step below 2^-14). */
+    double u = ty.dtype == CLATTN_FLOAT32 ? 0.0 : h_unit_roundoff(ty.dtype);
+    h_assert_close(got, ref, n, SM_RTOL + u * (1 + SM_RTOL), SM_ATOL * (1 + u) +
+                   h_subnormal_step(ty.dtype), what);
+    check_rows_sum_to_one(got, n / K, K, u);
     free(got);
     if (!c->inplace)
         clattn_tensor_release(&ty);
@@ -259,6 +273,67 @@ static void test_loop_budget(void **s)
     clattn_context_destroy(&ctx);
 }
 
+/* float16 and bfloat16 scores and outputs in every combination, both row kernels' paths (the
+ * prefix path: lengths, causal; the general one: mask tensors, windows), -inf scores and rows of
+ * nothing else (NaN, as in float32), large logits, in place when the dtypes match. The
+ * reference takes the scores as stored. */
+static void test_16bit(void **s)
+{
+    (void)s;
+    static const int l0[] = {0, 1, 9, 3};
+    for (int xi = 0; xi < 3; xi++)
+        for (int yi = 0; yi < 3; yi++) {
+            clattn_dtype xt = h_float_dtypes[xi], yt = h_float_dtypes[yi];
+            if (xi == 0 && yi == 0)
+                continue;
+            CASES({.rank = 3, .dims = {1, 1, 1}, .scale = 3, .xt = xt, .yt = yt},
+                  {.rank = 3, .dims = {2, 3, 9}, .scale = 3, .xt = xt, .yt = yt},
+                  {.rank = 4, .dims = {2, 3, 4, 127}, .scale = 3, .xt = xt, .yt = yt},
+                  {.rank = 3, .dims = {4, 3, 9}, .lens = LENS_1D, .fixed_lens = l0, .scale = 2,
+                   .xt = xt, .yt = yt},
+                  {.rank = 3, .dims = {3, 7, 31}, .lens = LENS_2D, .scale = 2, .xt = xt, .yt = yt},
+                  {.rank = 3, .dims = {2, 5, 33}, .causal = 1, .align = 1, .scale = 2, .xt = xt,
+                   .yt = yt},
+                  {.rank = 3, .dims = {2, 9, 40}, .window = 1, .wl = 3, .wr = 2, .scale = 2,
+                   .xt = xt, .yt = yt},
+                  {.rank = 4, .dims = {2, 3, 4, 24}, .mask_rank = 4, .mask_dims = {2, 1, 1, 24},
+                   .scale = 2, .xt = xt, .yt = yt},
+                  {.rank = 3, .dims = {2, 4, 50}, .scale = 1e4, .lens = LENS_2D, .xt = xt,
+                   .yt = yt},
+                  {.rank = 3, .dims = {2, 3, 17}, .scale = 3, .ninf = 5, .xt = xt, .yt = yt},
+                  {.rank = 3, .dims = {2, 3, 17}, .scale = 3, .ninf = 3, .causal = 1, .xt = xt,
+                   .yt = yt},
+                  {.rank = 2, .dims = {3, 12}, .scale = 3, .ninf = 1, .xt = xt, .yt = yt},
+                  {.rank = 3, .dims = {3, 4, 37}, .scale = 2, .lens = LENS_1D,
+                   .inplace = xt == yt, .xt = xt, .yt = yt});
+            if (!h_small())
+                CASES({.rank = 3, .dims = {2, 3, 1000}, .scale = 3, .xt = xt, .yt = yt});
+        }
+}
+
+/* In place needs one dtype: the same buffer and offset read as another dtype is an overlap. */
+static void test_16bit_bad_input(void **s)
+{
+    (void)s;
+    float x[24];
+    h_fill(x, 24, -2, 2);
+    clattn_tensor t = h_tensor_as(CLATTN_FLOAT16, 2, H_DIMS(2, 12), x);
+    clattn_tensor as_bf16 = clattn_view(t.buf, CLATTN_BFLOAT16, 0, 2, H_DIMS(2, 12));
+    unsigned short before[24];
+    assert_int_equal(clattn_tensor_read_blocking(h_ctx, &t, before), CLATTN_SUCCESS);
+    h_assert_error(clattn_masked_softmax(h_ctx, &t, NULL, &as_bf16),
+                   CLATTN_ERROR_INVALID_ARGUMENT, "out: overlaps scores");
+    h_assert_bytes(&t, before, "scores of a refused softmax");
+    clattn_tensor ti = h_tensor(CLATTN_INT32, 2, H_DIMS(2, 12), NULL);
+    h_assert_error(clattn_masked_softmax(h_ctx, &ti, NULL, &t), CLATTN_ERROR_INVALID_TENSOR,
+                   "scores");
+    h_assert_error(clattn_masked_softmax(h_ctx, &t, NULL, &ti), CLATTN_ERROR_INVALID_TENSOR,
+                   "out");
+    h_assert_bytes(&t, before, "out of a refused softmax");
+    clattn_tensor_release(&ti);
+    clattn_tensor_release(&t);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -268,7 +343,8 @@ int main(void)
         cmocka_unit_test(test_windows),
         cmocka_unit_test(test_mask_broadcasts), cmocka_unit_test(test_fully_blocked_row),
         cmocka_unit_test(test_large_logits),   cmocka_unit_test(test_inplace),
-        cmocka_unit_test(test_loop_budget),
+        cmocka_unit_test(test_loop_budget),    cmocka_unit_test(test_16bit),
+        cmocka_unit_test(test_16bit_bad_input),
     };
     return cmocka_run_group_tests(tests, h_setup, h_teardown);
 }

@@ -408,38 +408,64 @@ static int softmax_run_copy(bench *b, void *arg)
                                NULL) != CL_SUCCESS;
 }
 
-static void bench_softmax(bench *b)
+/* Host floats as dtype dt stores them (bits) and the values those bits hold (x, rounded in place). */
+static void *to_dtype(float *x, size_t n, clattn_dtype dt)
+{
+    unsigned short *h = malloc(n * sizeof *h);
+    if (!h)
+        die("out of memory");
+    for (size_t i = 0; i < n; i++) {
+        h[i] = dt == CLATTN_FLOAT16 ? clattn_float_to_half(x[i]) : clattn_float_to_bfloat16(x[i]);
+        x[i] = dt == CLATTN_FLOAT16 ? clattn_half_to_float(h[i]) : clattn_bfloat16_to_float(h[i]);
+    }
+    return h;
+}
+
+static float from_dtype(const void *y, size_t i, clattn_dtype dt)
+{
+    const unsigned short *h = y;
+    return dt == CLATTN_FLOAT32 ? ((const float *)y)[i]
+           : dt == CLATTN_FLOAT16 ? clattn_half_to_float(h[i]) : clattn_bfloat16_to_float(h[i]);
+}
+
+/* Scores and output of dtype dt: GB/s of its bytes, against a copy of as many. The check allows
+ * the output's rounding (its unit roundoff) on top of float32's tolerance. */
+static void bench_softmax_dtype(bench *b, clattn_dtype dt)
 {
     /* (B, Q, K) with one random length in [0, K] per row (2-D lengths). */
     const size_t B = 64, Q = SOFTMAX_ROWS / 64, K = SOFTMAX_KEYS, n = B * Q * K;
-    size_t dims[3] = {B, Q, K};
-    float *x = malloc(n * sizeof *x), *y = malloc(n * sizeof *y);
+    size_t dims[3] = {B, Q, K}, es = clattn_dtype_size(dt);
+    float *x = malloc(n * sizeof *x);
+    void *y = malloc(n * es), *hx = NULL;
     int *lens = malloc(B * Q * sizeof *lens);
     softmax_case s;
     char name[48];
     if (!x || !y || !lens)
         die("out of memory");
     memset(&s, 0, sizeof s);
-    snprintf(name, sizeof name, "%zux%zu", B * Q, K);
+    snprintf(name, sizeof name, "%zux%zu%s", B * Q, K,
+             dt == CLATTN_FLOAT16 ? " float16" : dt == CLATTN_BFLOAT16 ? " bfloat16" : "");
     for (size_t i = 0; i < n; i++)
         x[i] = (float)uniform(b, -8, 8);
+    if (dt != CLATTN_FLOAT32)
+        hx = to_dtype(x, n, dt);
     for (size_t r = 0; r < B * Q; r++)
         lens[r] = (int)uniform(b, 0, (double)K + 1);
-    ok(b, clattn_tensor_create(b->ctx, CLATTN_FLOAT32, 3, dims, x, &s.x), "create scores");
-    ok(b, clattn_tensor_create(b->ctx, CLATTN_FLOAT32, 3, dims, NULL, &s.y), "create out");
-    ok(b, clattn_tensor_create(b->ctx, CLATTN_FLOAT32, 3, dims, NULL, &s.copy), "create copy");
+    ok(b, clattn_tensor_create(b->ctx, dt, 3, dims, hx ? hx : x, &s.x), "create scores");
+    ok(b, clattn_tensor_create(b->ctx, dt, 3, dims, NULL, &s.y), "create out");
+    ok(b, clattn_tensor_create(b->ctx, dt, 3, dims, NULL, &s.copy), "create copy");
     s.mask.valid_lens_host = lens;
     s.mask.lens_ndim = 2;
     s.mask.lens_dims[0] = B;
     s.mask.lens_dims[1] = Q;
-    s.bytes = 2 * n * sizeof(float); /* one read, one write */
+    s.bytes = 2 * n * es; /* one read, one write */
 
     ok(b, clattn_tensor_fill(b->ctx, &s.y, NAN), "poison out");
     ok(b, clattn_masked_softmax(b->ctx, &s.x, &s.mask, &s.y), "clattn_masked_softmax");
     ok(b, clattn_tensor_read_blocking(b->ctx, &s.y, y), "read out");
-    double worst = 0;
+    double worst = 0, tol = SOFTMAX_TOL + (dt == CLATTN_FLOAT16 ? 0x1p-11 : dt ? 0x1p-8 : 0);
     for (size_t r = 0; r < B * Q; r++) {
-        const float *xr = x + r * K, *yr = y + r * K;
+        const float *xr = x + r * K;
         double m = -INFINITY, sum = 0;
         for (size_t k = 0; k < K; k++)
             m = fmax(m, (int)k < lens[r] ? xr[k] : CLATTN_DEFAULT_FILL);
@@ -447,13 +473,13 @@ static void bench_softmax(bench *b)
             sum += exp(((int)k < lens[r] ? xr[k] : CLATTN_DEFAULT_FILL) - m);
         for (size_t k = 0; k < K; k++) {
             double want = exp(((int)k < lens[r] ? xr[k] : CLATTN_DEFAULT_FILL) - m) / sum;
-            double e = isfinite(yr[k]) ? fabs(yr[k] - want) / fmax(want, 1.0 / (double)K)
-                                       : INFINITY;
+            double got = from_dtype(y, r * K + k, dt);
+            double e = isfinite(got) ? fabs(got - want) / fmax(want, 1.0 / (double)K) : INFINITY;
             worst = e > worst ? e : worst;
         }
     }
-    if (worst > SOFTMAX_TOL) {
-        bench_check_fail(b, name, "clattn", worst, SOFTMAX_TOL);
+    if (worst > tol) {
+        bench_check_fail(b, name, "clattn", worst, tol);
     } else {
         bench_record(b, name, "clattn", 0, 1e-9 * (double)s.bytes, "GB/s",
                      bench_time(b, softmax_run_clattn, &s, 1), worst);
@@ -465,7 +491,15 @@ static void bench_softmax(bench *b)
     clattn_tensor_release(&s.copy);
     free(x);
     free(y);
+    free(hx);
     free(lens);
+}
+
+static void bench_softmax(bench *b)
+{
+    bench_softmax_dtype(b, CLATTN_FLOAT32);
+    bench_softmax_dtype(b, CLATTN_FLOAT16);
+    bench_softmax_dtype(b, CLATTN_BFLOAT16);
 }
 
 /* ---- attention: fused vs unfused vs the naive chain of public ops; multi-head; additive ---- */
@@ -1406,7 +1440,8 @@ typedef struct {
 static const bench_section sections[] = {
     {"gemm", "C = A B (float32, row-major) vs CLBlast on the same device and cblas on the host",
      bench_gemm},
-    {"softmax", "masked softmax, 4096 x 1024, random valid lengths, GB/s read + written",
+    {"softmax", "masked softmax, 4096 x 1024, random valid lengths, float32, float16 and bfloat16 "
+                "scores and output, GB/s read + written",
      bench_softmax},
     {"attention", "scaled dot-product, 16 heads, d 64, N from --attn-n, plain and causal: fused vs "
                   "unfused vs the naive chain of public ops, GFLOP/s = 4 H N^2 d / time",

@@ -23,11 +23,23 @@ static const struct {
     {"attention", "flash.cl"},
 };
 
-/* Option sets the ops build outside the tuning table: the transposes of 16-bit elements. */
+/* Option sets the ops build outside the tuning table: the transposes of 16-bit elements, and the
+ * operand dtypes (kernels/dtype.cl), each 16-bit load and store at least once per kernel file
+ * and vector width. */
 static const struct {
     const char *file, *defines;
 } extra_sets[] = {
     {"heads.cl", "-D ELEM=ushort "},
+    {"convert.cl", "-D XT=2 "},
+    {"convert.cl", "-D XT=3 "},
+    {"convert.cl", "-D YT=2 "},
+    {"convert.cl", "-D YT=3 "},
+    {"convert.cl", "-D XT=2 -D YT=3 "},
+    {"convert.cl", "-D XT=3 -D YT=2 "},
+    {"softmax.cl", "-D XT=2 -D YT=3 "},
+    {"softmax.cl", "-D XT=3 -D YT=2 "},
+    {"softmax.cl", "-D VW=16 -D XT=2 -D YT=3 "},
+    {"softmax.cl", "-D VW=16 -D XT=3 -D YT=2 "},
 };
 
 static const char *kernel_file(const char *op, char *buf, size_t size)

@@ -1,0 +1,110 @@
+/* clattn storage types: loads to float32 and stores from float32 for every tensor dtype.
+ *
+ * A kernel names the dtype of each operand by a type code define (0 float32, 2 float16, 3
+ * bfloat16: clattn_dtype's values), declares it `__global CLATTN_T(code) *`, and moves it with
+ * CLATTN_LOAD / CLATTN_STORE (one element at p) or their 8- and 16-wide forms (consecutive
+ * elements from p, any alignment of the element). Offsets and strides stay in elements of the
+ * operand's own dtype. Arithmetic is float32 throughout.
+ * The conversions are integer bit manipulations on the 16-bit patterns, bit for bit the host's
+ * (src/convert.c): round to nearest even, overflow to infinity, subnormals both ways, NaN kept NaN
+ * with its payload's top bits and the quiet bit set. OpenCL 1.2's vload_half / vstore_half (no
+ * cl_khr_fp16 needed) are not used: PoCL 3.1's 8-wide forms fault on addresses that are not a
+ * multiple of 16 bytes, and its scalar ones are ~10x slower than these. */
+#ifndef CLATTN_DTYPE_CL
+#define CLATTN_DTYPE_CL
+
+#define CLATTN_CAT_(a, b) a##b
+#define CLATTN_CAT(a, b) CLATTN_CAT_(a, b)
+#define CLATTN_T_0 float
+#define CLATTN_T_2 ushort
+#define CLATTN_T_3 ushort
+#define CLATTN_T(code) CLATTN_CAT(CLATTN_T_, code)
+#define CLATTN_LOAD(code, p) CLATTN_CAT(clattn_load_, code)(p)
+#define CLATTN_LOAD8(code, p) CLATTN_CAT(clattn_load8_, code)(p)
+#define CLATTN_LOAD16(code, p) CLATTN_CAT(clattn_load16_, code)(p)
+#define CLATTN_STORE(code, v, p) CLATTN_CAT(clattn_store_, code)(v, p)
+#define CLATTN_STORE8(code, v, p) CLATTN_CAT(clattn_store8_, code)(v, p)
+#define CLATTN_STORE16(code, v, p) CLATTN_CAT(clattn_store16_, code)(v, p)
+
+/* The conversions at width N (empty: scalar), branch-free so that vector lanes and scalar tails
+ * give the same bits, in signed integers (x86 has no unsigned vector compares), blending with
+ * ?: (a vector condition selects per lane, as select() does; PoCL's select() is a library call). float16 ->
+ * float32 is exact; its subnormals are m * 2^-24, a normal float32 product. float32 -> float16:
+ * the normal range rebiases the exponent and rounds the low 13 bits to nearest even by adding
+ * 0xfff plus the kept lowest bit; below 2^-14, x + 0.5 has an ulp of 2^-24, so the float
+ * addition itself rounds x to float16's subnormal grid (a device that flushes float32 subnormal
+ * inputs to 0 gives 0 for them, as rounding does: they are below 2^-25). bfloat16: float32's top
+ * half rounded the same way. */
+#define CLATTN_CONVERT_N(N)                                                                      \
+    static inline float##N clattn_f16_to_f32##N(ushort##N b)                                     \
+    {                                                                                            \
+        int##N h = convert_int##N(b), e = h & (int##N)(0x7c00), m = h & (int##N)(0x3ff);         \
+        int##N r = ((h & (int##N)(0x7fff)) << 13) + (int##N)(0x38000000); /* rebias 15 -> 127 */ \
+        r = e == (int##N)(0) ? as_int##N(convert_float##N(m) * (float##N)(0x1p-24f)) : r;        \
+        int##N nan = m != (int##N)(0) ? (int##N)(0x7fc00000) : (int##N)(0x7f800000);            \
+        r = e == (int##N)(0x7c00) ? nan | (m << 13) : r;                                         \
+        return as_float##N(r | ((h & (int##N)(0x8000)) << 16));                                  \
+    }                                                                                            \
+    static inline ushort##N clattn_f32_to_f16##N(float##N f)                                     \
+    {                                                                                            \
+        int##N x = as_int##N(f), a = x & (int##N)(0x7fffffff);                                   \
+        int##N q = (a - (int##N)(0x38000000) + (int##N)(0xfff) + ((a >> 13) & (int##N)(1))) >> 13; \
+        int##N sub = as_int##N(as_float##N(a) + (float##N)(0.5f)) - (int##N)(0x3f000000);       \
+        q = a < (int##N)(0x38800000) ? sub : q;                                                  \
+        q = a >= (int##N)(0x477ff000) ? (int##N)(0x7c00) : q; /* 65520 and up */                 \
+        q = a > (int##N)(0x7f800000) ? (int##N)(0x7e00) | ((a >> 13) & (int##N)(0x3ff)) : q;     \
+        return convert_ushort##N(q | ((x >> 16) & (int##N)(0x8000)));                            \
+    }                                                                                            \
+    static inline ushort##N clattn_f32_to_bf16##N(float##N f)                                    \
+    {                                                                                            \
+        int##N x = as_int##N(f);                                                                 \
+        int##N r = ((x + (int##N)(0x7fff) + ((x >> 16) & (int##N)(1))) >> 16) & (int##N)(0xffff); \
+        r = (x & (int##N)(0x7fffffff)) > (int##N)(0x7f800000)                                   \
+                ? ((x >> 16) & (int##N)(0xffff)) | (int##N)(0x40)                                \
+                : r;                                                                             \
+        return convert_ushort##N(r);                                                             \
+    }                                                                                            \
+    static inline float##N clattn_bf16_to_f32##N(ushort##N b)                                    \
+    {                                                                                            \
+        return as_float##N(convert_int##N(b) << 16);                                             \
+    }
+CLATTN_CONVERT_N()
+CLATTN_CONVERT_N(8)
+CLATTN_CONVERT_N(16)
+
+static inline float clattn_load_0(__global const float *p) { return *p; }
+static inline float clattn_load_2(__global const ushort *p) { return clattn_f16_to_f32(*p); }
+static inline float clattn_load_3(__global const ushort *p) { return clattn_bf16_to_f32(*p); }
+static inline void clattn_store_0(float v, __global float *p) { *p = v; }
+static inline void clattn_store_2(float v, __global ushort *p) { *p = clattn_f32_to_f16(v); }
+static inline void clattn_store_3(float v, __global ushort *p) { *p = clattn_f32_to_bf16(v); }
+
+#define CLATTN_DTYPE_N(N)                                                                        \
+    static inline float##N clattn_load##N##_0(__global const float *p)                           \
+    {                                                                                            \
+        return vload##N(0, p);                                                                   \
+    }                                                                                            \
+    static inline float##N clattn_load##N##_2(__global const ushort *p)                          \
+    {                                                                                            \
+        return clattn_f16_to_f32##N(vload##N(0, p));                                            \
+    }                                                                                            \
+    static inline float##N clattn_load##N##_3(__global const ushort *p)                          \
+    {                                                                                            \
+        return clattn_bf16_to_f32##N(vload##N(0, p));                                            \
+    }                                                                                            \
+    static inline void clattn_store##N##_0(float##N v, __global float *p)                        \
+    {                                                                                            \
+        vstore##N(v, 0, p);                                                                      \
+    }                                                                                            \
+    static inline void clattn_store##N##_2(float##N v, __global ushort *p)                       \
+    {                                                                                            \
+        vstore##N(clattn_f32_to_f16##N(v), 0, p);                                                \
+    }                                                                                            \
+    static inline void clattn_store##N##_3(float##N v, __global ushort *p)                       \
+    {                                                                                            \
+        vstore##N(clattn_f32_to_bf16##N(v), 0, p);                                               \
+    }
+CLATTN_DTYPE_N(8)
+CLATTN_DTYPE_N(16)
+
+#endif
