@@ -2,7 +2,7 @@
  *
  * A kernel names the dtype of each operand by a type code define (0 float32, 2 float16, 3
  * bfloat16: clattn_dtype's values), declares it `__global CLATTN_T(code) *`, and moves it with
- * CLATTN_LOAD / CLATTN_STORE (one element at p) or their 8- and 16-wide forms (consecutive
+ * CLATTN_LOAD / CLATTN_STORE (one element at p) or their 4-, 8- and 16-wide forms (consecutive
  * elements from p, any alignment of the element). Offsets and strides stay in elements of the
  * operand's own dtype. Arithmetic is float32 throughout.
  * The conversions are integer bit manipulations on the 16-bit patterns, bit for bit the host's
@@ -20,9 +20,11 @@
 #define CLATTN_T_3 ushort
 #define CLATTN_T(code) CLATTN_CAT(CLATTN_T_, code)
 #define CLATTN_LOAD(code, p) CLATTN_CAT(clattn_load_, code)(p)
+#define CLATTN_LOAD4(code, p) CLATTN_CAT(clattn_load4_, code)(p)
 #define CLATTN_LOAD8(code, p) CLATTN_CAT(clattn_load8_, code)(p)
 #define CLATTN_LOAD16(code, p) CLATTN_CAT(clattn_load16_, code)(p)
 #define CLATTN_STORE(code, v, p) CLATTN_CAT(clattn_store_, code)(v, p)
+#define CLATTN_STORE4(code, v, p) CLATTN_CAT(clattn_store4_, code)(v, p)
 #define CLATTN_STORE8(code, v, p) CLATTN_CAT(clattn_store8_, code)(v, p)
 #define CLATTN_STORE16(code, v, p) CLATTN_CAT(clattn_store16_, code)(v, p)
 
@@ -69,6 +71,7 @@
         return as_float##N(convert_int##N(b) << 16);                                             \
     }
 CLATTN_CONVERT_N()
+CLATTN_CONVERT_N(4)
 CLATTN_CONVERT_N(8)
 CLATTN_CONVERT_N(16)
 
@@ -104,6 +107,7 @@ static inline void clattn_store_3(float v, __global ushort *p) { *p = clattn_f32
     {                                                                                            \
         vstore##N(clattn_f32_to_bf16##N(v), 0, p);                                               \
     }
+CLATTN_DTYPE_N(4)
 CLATTN_DTYPE_N(8)
 CLATTN_DTYPE_N(16)
 

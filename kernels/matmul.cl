@@ -4,6 +4,9 @@
  * transposes and shared (stride 0) batches cost nothing: A(b, i, k) = A[a_off + b*a_bs + i*a_si +
  * k*a_sk], B(b, k, j) = B[b_off + b*b_bs + k*b_sk + j*b_sj]. bias is NULL or N floats at bias_off.
  * beta == 0 never reads C's old contents, so they do not matter (NaN included).
+ * A and B are of the dtypes AT and BT (dtype.cl's codes: float32, float16, bfloat16), read by the
+ * packing kernels and matmul_tiled; matmul_rows reads a float32 A in place (the host packs a
+ * 16-bit one). C and bias are float32 (the host stages a 16-bit C through a float32 buffer).
  *
  * Variants:
  * - CPU shape (pack_* + matmul_rows or matmul_packed): op(B) is packed into TN-column panels laid
@@ -19,6 +22,15 @@
  *   k, TM) (matmul_packed). PoCL vectorizes nothing across work-items once the kernel has a loop,
  *   hence the explicit VN-wide vectors and fma (mad compiles to a separate multiply and add there).
  * - GPU shape (matmul_tiled): local-memory tiles and register blocking, see below. */
+
+#include "dtype.cl"
+
+#ifndef AT
+#define AT 0
+#endif
+#ifndef BT
+#define BT 0
+#endif
 
 #ifndef TM
 #define TM 6 /* rows of the register tile (one broadcast of A each per k) */
@@ -76,50 +88,62 @@
             (d)[w_] = (s)[w_];                                                                     \
     } while (0)
 
+/* The same from a global source of dtype code T, converted to float32. */
+#define COPY_PT(T, P, s, d)                                                                        \
+    do {                                                                                           \
+        int w_ = 0;                                                                                \
+        for (; w_ + 16 <= (P); w_ += 16)                                                           \
+            vstore16(CLATTN_LOAD16(T, (s) + w_), 0, (d) + w_);                                     \
+        for (; w_ + 4 <= (P); w_ += 4)                                                             \
+            vstore4(CLATTN_LOAD4(T, (s) + w_), 0, (d) + w_);                                       \
+        for (; w_ < (P); w_++)                                                                     \
+            (d)[w_] = CLATTN_LOAD(T, (s) + w_);                                                    \
+    } while (0)
+
 /* Packing into panels: dst[b][p][k][w] = src(b, row p*P + w, col k), 0 past R rows, with
  * src(b, r, k) = src[s_off + b*s_bs + r*s_sr + k*s_sk]. It is memory-bound, so every work-item
  * moves whole vectors.
  * PACK_ROWS, for s_sr == 1 (a row of the source holds k's P-runs of every panel): work-item
  * (k / PK, b) sweeps PK source rows from end to end, so reads are long contiguous streams and each
  * write is a whole P-run. */
-#define PACK_ROWS(NAME, P)                                                                         \
-    __kernel void NAME(__global const float *src, int s_off, int s_bs, int s_sr, int s_sk, int R, \
+#define PACK_ROWS(NAME, P, T)                                                                      \
+    __kernel void NAME(__global const CLATTN_T(T) *src, int s_off, int s_bs, int s_sr, int s_sk, int R, \
                        int K, __global float *dst, int d_off, int d_bs)                            \
     {                                                                                              \
         int k = get_global_id(0) * PK, b = get_global_id(2);                                       \
         if (k >= K)                                                                                \
             return;                                                                                \
         int k1 = min(k + PK, K), full = R / P, np = (R + P - 1) / P;                               \
-        __global const float *s = src + s_off + b * s_bs;                                          \
+        __global const CLATTN_T(T) *s = src + s_off + b * s_bs;                                    \
         __global float *d = dst + d_off + b * d_bs;                                                \
         for (; k < k1; k++) {                                                                      \
             for (int p = 0; p < full; p++)                                                         \
-                COPY_P(P, s + k * s_sk + p * P, d + ((size_t)p * K + k) * P);                      \
+                COPY_PT(T, P, s + k * s_sk + p * P, d + ((size_t)p * K + k) * P);                  \
             for (int p = full; p < np; p++)                                                        \
                 for (int w = 0; w < P; w++)                                                        \
                     d[((size_t)p * K + k) * P + w] =                                               \
-                        p * P + w < R ? s[k * s_sk + p * P + w] : 0.0f;                            \
+                        p * P + w < R ? CLATTN_LOAD(T, s + k * s_sk + p * P + w) : 0.0f;           \
         }                                                                                          \
     }
 
 /* PACK_PANELS, for s_sk == 1 (a transposed B) or any strides: work-item (k / PK, p, b) fills PK
  * k-rows of panel p, transposing 16 k at a time through registers when the source runs along k. */
-#define PACK_PANELS(NAME, P)                                                                       \
-    __kernel void NAME(__global const float *src, int s_off, int s_bs, int s_sr, int s_sk, int R, \
+#define PACK_PANELS(NAME, P, T)                                                                    \
+    __kernel void NAME(__global const CLATTN_T(T) *src, int s_off, int s_bs, int s_sr, int s_sk, int R, \
                        int K, __global float *dst, int d_off, int d_bs)                            \
     {                                                                                              \
         int k = get_global_id(0) * PK, p = get_global_id(1), b = get_global_id(2);                 \
         if (k >= K)                                                                                \
             return;                                                                                \
         int k1 = min(k + PK, K), rows = min(P, R - p * P);                                         \
-        __global const float *s = src + s_off + b * s_bs + p * P * s_sr;                           \
+        __global const CLATTN_T(T) *s = src + s_off + b * s_bs + p * P * s_sr;                     \
         __global float *d = dst + d_off + b * d_bs + (size_t)p * P * K;                            \
         if (s_sk == 1 && rows == P) {                                                              \
             for (; k + 16 <= k1; k += 16) {                                                        \
                 float t[16][P];                                                                    \
                 _Pragma("unroll") for (int w = 0; w < P; w++) {                                    \
                     float r_[16];                                                                  \
-                    vstore16(vload16(0, s + w * s_sr + k), 0, r_);                                 \
+                    vstore16(CLATTN_LOAD16(T, s + w * s_sr + k), 0, r_);                           \
                     _Pragma("unroll") for (int x = 0; x < 16; x++)                                 \
                         t[x][w] = r_[x];                                                           \
                 }                                                                                  \
@@ -129,12 +153,13 @@
         }                                                                                          \
         for (; k < k1; k++)                                                                        \
             for (int w = 0; w < P; w++)                                                            \
-                d[k * P + w] = w < rows ? s[w * s_sr + k * s_sk] : 0.0f;                           \
+                d[k * P + w] = w < rows ? CLATTN_LOAD(T, s + w * s_sr + k * s_sk) : 0.0f;          \
     }
 
-PACK_ROWS(pack_a_rows, TM)
-PACK_ROWS(pack_b_rows, TN)
-PACK_PANELS(pack_b_panels, TN)
+PACK_ROWS(pack_a_rows, TM, AT)
+PACK_PANELS(pack_a_panels, TM, AT)
+PACK_ROWS(pack_b_rows, TN, BT)
+PACK_PANELS(pack_b_panels, TN, BT)
 
 /* One result from this k-slice's partial sum `acc` and what C holds (`old`, read only where it
  * matters). With beta == 0 the slices before the last store raw partial sums and the last applies
@@ -292,14 +317,20 @@ __kernel void matmul_packed(__global const float *Ap, int a_bs, __global const f
 
 /* Stages rows [r0, r0 + TR) x k [k0, k0 + TSK) of an operand X(r, k) = X[r * s_r + k * s_k] into
  * L[k][r], zero outside R x K. vec: s_r or s_k is 1 and that direction is 16-byte aligned. */
-#define STAGE(L, TR, X, s_r, s_k, r0, R, k0, K, vec)                                              \
+/* Four consecutive elements of dtype code T as float4: a float32 operand through an aligned float4
+ * pointer (the host checked the alignment), a 16-bit one with dtype.cl's loads. */
+#define STAGE_LOAD4_0(p) (*(__global const float4 *)(p))
+#define STAGE_LOAD4_2(p) CLATTN_LOAD4(2, p)
+#define STAGE_LOAD4_3(p) CLATTN_LOAD4(3, p)
+#define STAGE_LOAD4(T, p) CLATTN_CAT(STAGE_LOAD4_, T)(p)
+
+#define STAGE(L, TR, T, X, s_r, s_k, r0, R, k0, K, vec)                                            \
     do {                                                                                          \
         if ((s_r) == 1) { /* contiguous along r: work-items walk r */                             \
             if ((vec) && (r0) + (TR) <= (R)) {                                                    \
                 for (int e = t; e < (TR) * TSK / 4; e += NTHREADS) {                              \
                     int r = (e % ((TR) / 4)) * 4, k = e / ((TR) / 4);                             \
-                    float4 v = (k0) + k < (K) ? *(__global const float4 *)((X) + (r0) + r +       \
-                                                                           ((k0) + k) * (s_k))    \
+                    float4 v = (k0) + k < (K) ? STAGE_LOAD4(T, (X) + (r0) + r + ((k0) + k) * (s_k)) \
                                               : (float4)(0.0f);                                   \
                     L[k][r] = v.x;                                                                \
                     L[k][r + 1] = v.y;                                                            \
@@ -310,7 +341,7 @@ __kernel void matmul_packed(__global const float *Ap, int a_bs, __global const f
                 for (int e = t; e < (TR) * TSK; e += NTHREADS) {                                  \
                     int r = e % (TR), k = e / (TR);                                               \
                     L[k][r] = (r0) + r < (R) && (k0) + k < (K)                                    \
-                                  ? (X)[(r0) + r + ((k0) + k) * (s_k)]                            \
+                                  ? CLATTN_LOAD(T, (X) + (r0) + r + ((k0) + k) * (s_k))           \
                                   : 0.0f;                                                         \
                 }                                                                                 \
             }                                                                                     \
@@ -318,8 +349,7 @@ __kernel void matmul_packed(__global const float *Ap, int a_bs, __global const f
             if ((vec) && (k0) + TSK <= (K)) {                                                     \
                 for (int e = t; e < (TR) * TSK / 4; e += NTHREADS) {                              \
                     int k = (e % (TSK / 4)) * 4, r = e / (TSK / 4);                               \
-                    float4 v = (r0) + r < (R) ? *(__global const float4 *)((X) + ((r0) + r) *     \
-                                                                           (s_r) + (k0) + k)      \
+                    float4 v = (r0) + r < (R) ? STAGE_LOAD4(T, (X) + ((r0) + r) * (s_r) + (k0) + k) \
                                               : (float4)(0.0f);                                   \
                     L[k][r] = v.x;                                                                \
                     L[k + 1][r] = v.y;                                                            \
@@ -330,7 +360,7 @@ __kernel void matmul_packed(__global const float *Ap, int a_bs, __global const f
                 for (int e = t; e < (TR) * TSK; e += NTHREADS) {                                  \
                     int k = e % TSK, r = e / TSK;                                                 \
                     L[k][r] = (r0) + r < (R) && (k0) + k < (K)                                    \
-                                  ? (X)[((r0) + r) * (s_r) + ((k0) + k) * (s_k)]                  \
+                                  ? CLATTN_LOAD(T, (X) + ((r0) + r) * (s_r) + ((k0) + k) * (s_k)) \
                                   : 0.0f;                                                         \
                 }                                                                                 \
             }                                                                                     \
@@ -338,8 +368,8 @@ __kernel void matmul_packed(__global const float *Ap, int a_bs, __global const f
     } while (0)
 
 __kernel __attribute__((reqd_work_group_size(RTSN, RTSM, 1)))
-void matmul_tiled(__global const float *A, int a_off, int a_bs, int a_si, int a_sk, int a_vec,
-                  __global const float *B, int b_off, int b_bs, int b_sk, int b_sj, int b_vec,
+void matmul_tiled(__global const CLATTN_T(AT) *A, int a_off, int a_bs, int a_si, int a_sk, int a_vec,
+                  __global const CLATTN_T(BT) *B, int b_off, int b_bs, int b_sk, int b_sj, int b_vec,
                   __global float *C, int c_off, int M, int N, int K, float alpha, float beta,
                   __global const float *bias, int bias_off, int slice)
 {
@@ -347,8 +377,8 @@ void matmul_tiled(__global const float *A, int a_off, int a_bs, int a_si, int a_
     __local float Bs[TSK][TSN + 1];
     int tx = get_local_id(0), ty = get_local_id(1), t = ty * RTSN + tx, b = get_global_id(2);
     int i0 = get_group_id(1) * TSM, j0 = get_group_id(0) * TSN;
-    __global const float *a = A + a_off + b * a_bs;
-    __global const float *bb = B + b_off + b * b_bs;
+    __global const CLATTN_T(AT) *a = A + a_off + b * a_bs;
+    __global const CLATTN_T(BT) *bb = B + b_off + b * b_bs;
     __global float *c = C + c_off + (size_t)b * M * N;
     float acc[WPTM][WPTN];
     for (int wm = 0; wm < WPTM; wm++)
@@ -362,8 +392,8 @@ void matmul_tiled(__global const float *A, int a_off, int a_bs, int a_si, int a_
                     acc[wm][wn] = c[(size_t)i * N + j];
             }
     for (int k0 = 0; k0 < K; k0 += TSK) {
-        STAGE(As, TSM, a, a_si, a_sk, i0, M, k0, K, a_vec);
-        STAGE(Bs, TSN, bb, b_sj, b_sk, j0, N, k0, K, b_vec);
+        STAGE(As, TSM, AT, a, a_si, a_sk, i0, M, k0, K, a_vec);
+        STAGE(Bs, TSN, BT, bb, b_sj, b_sk, j0, N, k0, K, b_vec);
         barrier(CLK_LOCAL_MEM_FENCE);
 #pragma unroll
         for (int k = 0; k < TSK; k++) {

@@ -70,19 +70,11 @@ float clattn_bfloat16_to_float(unsigned short b)
     return float_of((uint32_t)b << 16);
 }
 
-clattn_status clattn_convert(clattn_context *ctx, const clattn_tensor *x, const clattn_tensor *y)
+clattn_status clattn__enqueue_convert(clattn_context *ctx, const clattn_tensor *x,
+                                      const clattn_tensor *y)
 {
     clattn_status st = CLATTN_SUCCESS;
-    char s1[96], s2[96];
     cl_kernel k;
-    CHECK(NULL, ctx, CLATTN_ERROR_INVALID_ARGUMENT, "ctx: NULL context");
-    CHECK_ST(clattn__check_float_tensor(ctx, x, "x", 1, CLATTN_MAX_DIMS));
-    CHECK_ST(clattn__check_float_tensor(ctx, y, "y", 1, CLATTN_MAX_DIMS));
-    CHECK(ctx, x->ndim == y->ndim && memcmp(x->dims, y->dims, sizeof(size_t) * x->ndim) == 0,
-          CLATTN_ERROR_SHAPE_MISMATCH, "y: shape %s, expected x's %s",
-          clattn__shape_str(y, s1, sizeof s1), clattn__shape_str(x, s2, sizeof s2));
-    const clattn_arg outs[1] = {{y, "y"}}, ins[1] = {{x, "x"}};
-    CHECK_ST(clattn__check_no_overlap(ctx, outs, 1, ins, 1));
     int n = (int)clattn_tensor_numel(x), xo = (int)x->offset, yo = (int)y->offset;
     size_t es = clattn_dtype_size(x->dtype);
     if (x->dtype == y->dtype) /* bit for bit, signalling NaNs too */
@@ -96,6 +88,23 @@ clattn_status clattn_convert(clattn_context *ctx, const clattn_tensor *x, const 
                               ARG(n), ARGS_END));
     size_t gws = ((size_t)n + 7) / 8;
     CHECK_ST(clattn__launch(ctx, k, 1, &gws, NULL, "convert"));
+fail:
+    return st;
+}
+
+clattn_status clattn_convert(clattn_context *ctx, const clattn_tensor *x, const clattn_tensor *y)
+{
+    clattn_status st = CLATTN_SUCCESS;
+    char s1[96], s2[96];
+    CHECK(NULL, ctx, CLATTN_ERROR_INVALID_ARGUMENT, "ctx: NULL context");
+    CHECK_ST(clattn__check_float_tensor(ctx, x, "x", 1, CLATTN_MAX_DIMS));
+    CHECK_ST(clattn__check_float_tensor(ctx, y, "y", 1, CLATTN_MAX_DIMS));
+    CHECK(ctx, x->ndim == y->ndim && memcmp(x->dims, y->dims, sizeof(size_t) * x->ndim) == 0,
+          CLATTN_ERROR_SHAPE_MISMATCH, "y: shape %s, expected x's %s",
+          clattn__shape_str(y, s1, sizeof s1), clattn__shape_str(x, s2, sizeof s2));
+    const clattn_arg outs[1] = {{y, "y"}}, ins[1] = {{x, "x"}};
+    CHECK_ST(clattn__check_no_overlap(ctx, outs, 1, ins, 1));
+    CHECK_ST(clattn__enqueue_convert(ctx, x, y));
 fail:
     return st;
 }

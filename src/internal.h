@@ -11,7 +11,13 @@
 
 /* Scratch slots: each op layer owns one, so a module's intermediates (projections, heads) never
  * collide with the scores of the attention it calls or the packing buffers of its matmuls. */
-enum { CLATTN_SCRATCH_MODULE = 0, CLATTN_SCRATCH_ATTN, CLATTN_SCRATCH_OP, CLATTN_SCRATCH_COUNT };
+enum {
+    CLATTN_SCRATCH_MODULE = 0,
+    CLATTN_SCRATCH_ATTN,
+    CLATTN_SCRATCH_OP,
+    CLATTN_SCRATCH_CAST, /* float32 copies of an op's 16-bit operands, alive within one op call */
+    CLATTN_SCRATCH_COUNT
+};
 
 /* The program and kernel caches are arrays that grow without bound (a context builds a few dozen
  * programs); lookups scan them comparing a 64-bit hash before the key string. */
@@ -185,6 +191,10 @@ clattn_status clattn__fill(clattn_context *ctx, const clattn_tensor *t, float va
 /* Appends " -D name=code" to the defines in buf (size bytes) when dtype is a 16-bit one (the
  * kernels' operand type codes, kernels/dtype.cl); float32, their default, adds nothing, so the
  * float32 programs keep their options. Returns buf. */
+/* y = x converted to y's dtype (same shape, any two float dtypes; copies when they match),
+ * unchecked. */
+clattn_status clattn__enqueue_convert(clattn_context *ctx, const clattn_tensor *x,
+                                      const clattn_tensor *y);
 char *clattn__dtype_define(char *buf, size_t size, const char *name, clattn_dtype dtype);
 #define ARG(x) sizeof(x), (const void *)&(x)
 #define ARGS_END ((size_t)0)

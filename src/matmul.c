@@ -40,9 +40,9 @@ static clattn_status check_matmul(clattn_context *ctx, const clattn_tensor *A, i
 {
     clattn_status st = CLATTN_SUCCESS;
     char s1[96], s2[96], s3[96];
-    CHECK_ST(clattn__check_tensor(ctx, A, "A", CLATTN_FLOAT32, 2, 4));
-    CHECK_ST(clattn__check_tensor(ctx, B, "B", CLATTN_FLOAT32, 2, 4));
-    CHECK_ST(clattn__check_tensor(ctx, C, "C", CLATTN_FLOAT32, 2, 4));
+    CHECK_ST(clattn__check_float_tensor(ctx, A, "A", 2, 4));
+    CHECK_ST(clattn__check_float_tensor(ctx, B, "B", 2, 4));
+    CHECK_ST(clattn__check_float_tensor(ctx, C, "C", 2, 4));
     operand a = describe(A, ta), b = describe(B, tb);
     int M = (int)C->dims[C->ndim - 2], N = (int)C->dims[C->ndim - 1];
     CHECK(ctx, a.cols == b.rows, CLATTN_ERROR_SHAPE_MISMATCH,
@@ -81,9 +81,9 @@ clattn_status clattn_linear(clattn_context *ctx, const clattn_tensor *x, const c
     char s1[96], s2[96], s3[96];
     CHECK_DRY_RUN(ctx, clattn_linear(ctx, x, W, bias, y));
     CHECK(NULL, ctx, CLATTN_ERROR_INVALID_ARGUMENT, "ctx: NULL context");
-    CHECK_ST(clattn__check_tensor(ctx, x, "x", CLATTN_FLOAT32, 1, 4));
-    CHECK_ST(clattn__check_tensor(ctx, W, "W", CLATTN_FLOAT32, 2, 2));
-    CHECK_ST(clattn__check_tensor(ctx, y, "y", CLATTN_FLOAT32, 1, 4));
+    CHECK_ST(clattn__check_float_tensor(ctx, x, "x", 1, 4));
+    CHECK_ST(clattn__check_float_tensor(ctx, W, "W", 2, 2));
+    CHECK_ST(clattn__check_float_tensor(ctx, y, "y", 1, 4));
     size_t in = x->dims[x->ndim - 1], out = W->dims[0], rows = clattn_tensor_numel(x) / in;
     CHECK(ctx, W->dims[1] == in, CLATTN_ERROR_SHAPE_MISMATCH,
           "W: shape %s, expected (out_features, %zu) for x %s", clattn__shape_str(W, s1, sizeof s1),
@@ -93,13 +93,13 @@ clattn_status clattn_linear(clattn_context *ctx, const clattn_tensor *x, const c
           CLATTN_ERROR_SHAPE_MISMATCH, "y: shape %s, expected x's leading dims and %zu features",
           clattn__shape_str(y, s3, sizeof s3), out);
     if (bias) {
-        CHECK_ST(clattn__check_tensor(ctx, bias, "bias", CLATTN_FLOAT32, 1, 1));
+        CHECK_ST(clattn__check_float_tensor(ctx, bias, "bias", 1, 1));
         CHECK(ctx, bias->dims[0] == out, CLATTN_ERROR_SHAPE_MISMATCH,
               "bias: %zu elements, expected out_features = %zu", bias->dims[0], out);
     }
     size_t d2x[2] = {rows, in}, d2y[2] = {rows, out};
-    clattn_tensor x2 = clattn_view(x->buf, CLATTN_FLOAT32, x->offset, 2, d2x);
-    clattn_tensor y2 = clattn_view(y->buf, CLATTN_FLOAT32, y->offset, 2, d2y);
+    clattn_tensor x2 = clattn_view(x->buf, x->dtype, x->offset, 2, d2x);
+    clattn_tensor y2 = clattn_view(y->buf, y->dtype, y->offset, 2, d2y);
     const clattn_arg outs[1] = {{y, "y"}}, ins[3] = {{x, "x"}, {W, "W"}, {bias, "bias"}};
     CHECK_ST(clattn__check_no_overlap(ctx, outs, 1, ins, 3));
     CHECK_ST(clattn__enqueue_matmul(ctx, &x2, 0, W, 1, 1.0f, 0.0f, bias, &y2));
@@ -167,6 +167,15 @@ fail:
     return st;
 }
 
+/* The tuning defines of t with A's and B's dtypes (AT, BT). */
+static const char *typed(const clattn_tuning *t, const clattn_tensor *A, const clattn_tensor *B,
+                         char *buf, size_t size)
+{
+    snprintf(buf, size, "%s", t->defines);
+    clattn__dtype_define(buf, size, "AT", A->dtype);
+    return clattn__dtype_define(buf, size, "BT", B->dtype);
+}
+
 static clattn_status enqueue_tiled(clattn_context *ctx, const clattn_tuning *tune_in,
                                    const clattn_tensor *A, operand a, const clattn_tensor *B,
                                    operand b, float alpha, float beta, const clattn_tensor *bias,
@@ -175,6 +184,7 @@ static clattn_status enqueue_tiled(clattn_context *ctx, const clattn_tuning *tun
     clattn_status st = CLATTN_SUCCESS;
     clattn_tuning tune = *tune_in;
     cl_kernel k = NULL;
+    char defs[sizeof tune.defines + 32];
     size_t item_max[3] = {0, 0, 0}, kernel_wg = 0;
     int TSM = clattn__tune_int(&tune, "TSM", 128), TSN = clattn__tune_int(&tune, "TSN", 128);
     int TSK = clattn__tune_int(&tune, "TSK", 16), WPTM = clattn__tune_int(&tune, "WPTM", 8);
@@ -201,7 +211,8 @@ static clattn_status enqueue_tiled(clattn_context *ctx, const clattn_tuning *tun
         int fits = lx * ly <= ctx->max_wg && lmem <= ctx->local_mem &&
                    (!item_max[0] || (lx <= item_max[0] && ly <= item_max[1]));
         if (fits) {
-            CHECK_ST(clattn__get_kernel(ctx, "matmul.cl", tune.defines, "matmul_tiled", &k));
+            CHECK_ST(clattn__get_kernel(ctx, "matmul.cl", typed(&tune, A, B, defs, sizeof defs),
+                                        "matmul_tiled", &k));
             CHECK_ST(clattn__kernel_group_size(ctx, k, "matmul_tiled", &kernel_wg));
             if (lx * ly <= kernel_wg)
                 break;
@@ -253,14 +264,14 @@ static const size_t one_item[3] = {1, 1, 1};
 /* Packs op(X) (rows x K, every batch) into panels of P rows at element dst_off of buf: with
  * pack_*_rows (one work-item per PK k's, sweeping every panel) when op(X)'s rows are contiguous,
  * else with pack_b_panels (one work-item per PK k's of one panel). */
-static clattn_status pack(clattn_context *ctx, const clattn_tuning *tune, const char *name,
+static clattn_status pack(clattn_context *ctx, const char *defines, const char *name,
                           const clattn_tensor *X, operand o, int P, int PK, int nb, cl_mem buf,
                           int dst_off, int dst_bs)
 {
     clattn_status st = CLATTN_SUCCESS;
     cl_kernel k;
     int off = (int)X->offset, by_rows = o.s_row == 1;
-    CHECK_ST(clattn__get_kernel(ctx, "matmul.cl", tune->defines, name, &k));
+    CHECK_ST(clattn__get_kernel(ctx, "matmul.cl", defines, name, &k));
     CHECK_ST(clattn__set_args(ctx, k, name, ARG(X->buf), ARG(off), ARG(o.batch_stride),
                               ARG(o.s_row), ARG(o.s_col), ARG(o.rows), ARG(o.cols), ARG(buf),
                               ARG(dst_off), ARG(dst_bs), ARGS_END));
@@ -279,14 +290,17 @@ static clattn_status enqueue_packed(clattn_context *ctx, const clattn_tuning *tu
     clattn_status st = CLATTN_SUCCESS;
     cl_kernel km;
     cl_mem buf;
+    char defs[sizeof tune->defines + 32];
+    typed(tune, A, B, defs, sizeof defs);
     int TM = clattn__tune_int(tune, "TM", 6), TN = clattn__tune_int(tune, "TN", 16);
     int RB = clattn__tune_int(tune, "RB", 32);
     int PK = clattn__tune_int(tune, "PK", 16);
     int M = a.rows, N = b.cols, K = a.cols, c_off = (int)C->offset;
     int bias_off = bias ? (int)bias->offset : 0;
     cl_mem bias_buf = bias ? bias->buf : NULL;
-    /* op(A) running along k is read in place; a transposed A is packed into panels first. */
-    int a_direct = a.s_col == 1;
+    /* A float32 op(A) running along k is read in place; a transposed or 16-bit A is packed into
+     * float32 panels first. */
+    int a_direct = a.s_col == 1 && A->dtype == CLATTN_FLOAT32;
     /* A shared (stride 0) operand is packed once and read by every batch. */
     int nba = a.batch_stride ? batch : 1, nbb = b.batch_stride ? batch : 1;
     size_t pa = a_direct ? 0 : clattn__div_up((size_t)M, TM) * TM * K;
@@ -298,23 +312,24 @@ static clattn_status enqueue_packed(clattn_context *ctx, const clattn_tuning *tu
     int a_bs = a.batch_stride ? (int)pa : 0, b_bs = b.batch_stride ? (int)pb : 0;
     int b_off = (int)(pa * nba);
     if (!a_direct)
-        CHECK_ST(pack(ctx, tune, "pack_a_rows", A, a, TM, PK, nba, buf, 0, (int)pa));
+        CHECK_ST(pack(ctx, defs, a.s_row == 1 ? "pack_a_rows" : "pack_a_panels", A, a, TM, PK,
+                      nba, buf, 0, (int)pa));
     operand bt = b; /* B's panels run along its columns: pack op(B)^T */
     bt.rows = b.cols;
     bt.cols = b.rows;
     bt.s_row = b.s_col;
     bt.s_col = b.s_row;
-    CHECK_ST(pack(ctx, tune, bt.s_row == 1 ? "pack_b_rows" : "pack_b_panels", B, bt, TN, PK, nbb,
+    CHECK_ST(pack(ctx, defs, bt.s_row == 1 ? "pack_b_rows" : "pack_b_panels", B, bt, TN, PK, nbb,
                   buf, b_off, (int)pb));
     if (a_direct) {
         int a_off = (int)A->offset;
-        CHECK_ST(clattn__get_kernel(ctx, "matmul.cl", tune->defines, "matmul_rows", &km));
+        CHECK_ST(clattn__get_kernel(ctx, "matmul.cl", defs, "matmul_rows", &km));
         CHECK_ST(clattn__set_args(ctx, km, "matmul_rows", ARG(A->buf), ARG(a_off),
                                   ARG(a.batch_stride), ARG(a.s_row), ARG(buf), ARG(b_off),
                                   ARG(b_bs), ARG(C->buf), ARG(c_off), ARG(M), ARG(N), ARG(K),
                                   ARG(alpha), ARG(beta), ARG(bias_buf), ARG(bias_off), ARGS_END));
     } else {
-        CHECK_ST(clattn__get_kernel(ctx, "matmul.cl", tune->defines, "matmul_packed", &km));
+        CHECK_ST(clattn__get_kernel(ctx, "matmul.cl", defs, "matmul_packed", &km));
         CHECK_ST(clattn__set_args(ctx, km, "matmul_packed", ARG(buf), ARG(a_bs), ARG(buf),
                                   ARG(b_off), ARG(b_bs), ARG(C->buf), ARG(c_off), ARG(M), ARG(N),
                                   ARG(K), ARG(alpha), ARG(beta), ARG(bias_buf), ARG(bias_off),
@@ -327,6 +342,34 @@ fail:
     return st;
 }
 
+/* Float32 stand-ins in the CAST scratch for a 16-bit C (holding C's values when beta reads them)
+ * and a 16-bit bias; *c32 and *b32 are C and bias themselves when they are float32. */
+static clattn_status stage(clattn_context *ctx, const clattn_tensor *C, float beta,
+                           const clattn_tensor *bias, clattn_tensor *c32, clattn_tensor *b32)
+{
+    clattn_status st = CLATTN_SUCCESS;
+    size_t nc = C->dtype != CLATTN_FLOAT32 ? clattn_tensor_numel(C) : 0;
+    size_t nb = bias && bias->dtype != CLATTN_FLOAT32 ? clattn_tensor_numel(bias) : 0;
+    cl_mem buf;
+    *c32 = *C;
+    if (bias)
+        *b32 = *bias;
+    if (!nc && !nb)
+        return CLATTN_SUCCESS;
+    CHECK_ST(clattn__scratch(ctx, CLATTN_SCRATCH_CAST, (nc + nb) * 4, &buf));
+    if (nc) {
+        *c32 = clattn_view(buf, CLATTN_FLOAT32, 0, C->ndim, C->dims);
+        if (beta != 0.0f)
+            CHECK_ST(clattn__enqueue_convert(ctx, C, c32));
+    }
+    if (nb) {
+        *b32 = clattn_view(buf, CLATTN_FLOAT32, nc, 1, bias->dims);
+        CHECK_ST(clattn__enqueue_convert(ctx, bias, b32));
+    }
+fail:
+    return st;
+}
+
 clattn_status clattn__enqueue_matmul(clattn_context *ctx, const clattn_tensor *A, int trans_a,
                                      const clattn_tensor *B, int trans_b, float alpha, float beta,
                                      const clattn_tensor *bias, const clattn_tensor *C)
@@ -335,11 +378,17 @@ clattn_status clattn__enqueue_matmul(clattn_context *ctx, const clattn_tensor *A
     clattn_tuning tune;
     operand a = describe(A, trans_a), b = describe(B, trans_b);
     int batch = (int)clattn__batch_count(C, 2);
+    clattn_tensor c32, b32;
     CHECK_ST(clattn__tune(ctx, "matmul", &tune));
+    CHECK_ST(stage(ctx, C, beta, bias, &c32, &b32));
     if (strcmp(tune.variant, "gpu") == 0)
-        CHECK_ST(enqueue_tiled(ctx, &tune, A, a, B, b, alpha, beta, bias, C, batch));
+        CHECK_ST(enqueue_tiled(ctx, &tune, A, a, B, b, alpha, beta, bias ? &b32 : NULL, &c32,
+                               batch));
     else
-        CHECK_ST(enqueue_packed(ctx, &tune, A, a, B, b, alpha, beta, bias, C, batch));
+        CHECK_ST(enqueue_packed(ctx, &tune, A, a, B, b, alpha, beta, bias ? &b32 : NULL, &c32,
+                                batch));
+    if (c32.buf != C->buf) /* C is 16-bit: one rounding of each float32 result */
+        CHECK_ST(clattn__enqueue_convert(ctx, &c32, C));
 fail:
     return st;
 }

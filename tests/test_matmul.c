@@ -16,6 +16,23 @@ typedef struct {
     int a_shared, b_shared;
 } mm_case;
 
+/* The operands' dtypes of the cases that follow (test_16bit sets them; float32 otherwise). */
+static clattn_dtype g_at, g_bt, g_ct;
+
+/* A 16-bit output is each float32 result y rounded once: |got - ref| <= |y - ref| + u |y| with
+ * |y| <= mag (1 + tol), so tol grows by u (1 + tol), and by float16's subnormal step in absolute
+ * terms (added to the scale divided by the tolerance). */
+static double out_tol(clattn_dtype ct)
+{
+    return ct == CLATTN_FLOAT32 ? MATMUL_TOL : MATMUL_TOL + h_unit_roundoff(ct) * (1 + MATMUL_TOL);
+}
+
+static void widen_scale(double *mag, size_t n, clattn_dtype ct)
+{
+    for (size_t i = 0; i < n; i++)
+        mag[i] += h_subnormal_step(ct) / out_tol(ct);
+}
+
 static void run_case(const mm_case *c, int ta, int tb, float alpha, float beta)
 {
     int nb = c->batch, na = c->a_shared ? 1 : nb, nbb = c->b_shared ? 1 : nb;
@@ -25,27 +42,32 @@ static void run_case(const mm_case *c, int ta, int tb, float alpha, float beta)
     h_fill(A, an * na, -1, 1);
     h_fill(B, bn * nbb, -1, 1);
     h_fill(C0, cn * nb, -1, 1);
+    h_round(A, an * na, g_at); /* the reference sees the stored operands */
+    h_round(B, bn * nbb, g_bt);
+    h_round(C0, cn * nb, g_ct);
     size_t ad[4], bd[4], cdims[4] = {(size_t)nb, (size_t)c->M, (size_t)c->N};
     int ar = c->a_shared ? 2 : 3, br = c->b_shared ? 2 : 3;
     size_t ar0 = ta ? c->K : c->M, ac0 = ta ? c->M : c->K, br0 = tb ? c->N : c->K, bc0 = tb ? c->K : c->N;
     if (ar == 2) { ad[0] = ar0; ad[1] = ac0; } else { ad[0] = nb; ad[1] = ar0; ad[2] = ac0; }
     if (br == 2) { bd[0] = br0; bd[1] = bc0; } else { bd[0] = nb; bd[1] = br0; bd[2] = bc0; }
-    clattn_tensor tA = h_tensor(CLATTN_FLOAT32, ar, ad, A), tB = h_tensor(CLATTN_FLOAT32, br, bd, B);
-    clattn_tensor tC = h_tensor(CLATTN_FLOAT32, 3, cdims, C0);
+    clattn_tensor tA = h_tensor_as(g_at, ar, ad, A), tB = h_tensor_as(g_bt, br, bd, B);
+    clattn_tensor tC = h_tensor_as(g_ct, 3, cdims, C0);
     if (beta == 0.0f)
         h_poison(&tC);
     clattn_status rc = clattn_matmul(h_ctx, &tA, ta, &tB, tb, alpha, beta, &tC);
     if (rc != CLATTN_SUCCESS)
         fail_msg("matmul: %s", clattn_last_error(h_ctx));
-    float *got = h_read(&tC);
+    float *got = h_read_float(&tC);
     ref_matmul(nb, c->M, c->N, c->K, A, c->a_shared ? 0 : an, ta, B, c->b_shared ? 0 : bn, tb, alpha,
                beta, C0, ref, mag);
     for (size_t i = 0; i < cn * nb; i++)
         mag[i] = fmax(fabs(ref[i]), mag[i] / sqrt((double)c->K));
-    char what[160];
-    snprintf(what, sizeof what, "matmul b=%d M=%d N=%d K=%d ta=%d tb=%d alpha=%g beta=%g", nb, c->M,
+    widen_scale(mag, cn * nb, g_ct);
+    char what[200];
+    snprintf(what, sizeof what, "matmul %s x %s -> %s b=%d M=%d N=%d K=%d ta=%d tb=%d alpha=%g "
+             "beta=%g", h_dtype_name(g_at), h_dtype_name(g_bt), h_dtype_name(g_ct), nb, c->M,
              c->N, c->K, ta, tb, alpha, beta);
-    h_assert_scaled(got, ref, mag, cn * nb, MATMUL_TOL, what);
+    h_assert_scaled(got, ref, mag, cn * nb, out_tol(g_ct), what);
     free(got);
     clattn_tensor_release(&tA);
     clattn_tensor_release(&tB);
@@ -125,21 +147,25 @@ static void linear_case(int lead0, int lead1, int in, int out, int with_bias)
     h_fill(x, rows * in, -1, 1);
     h_fill(W, (size_t)out * in, -1, 1);
     h_fill(b, out, -1, 1);
-    clattn_tensor tx = h_tensor(CLATTN_FLOAT32, 3, H_DIMS(lead0, lead1, in), x);
-    clattn_tensor tW = h_tensor(CLATTN_FLOAT32, 2, H_DIMS(out, in), W);
-    clattn_tensor tb = h_tensor(CLATTN_FLOAT32, 1, H_DIMS(out), b);
-    clattn_tensor ty = h_tensor(CLATTN_FLOAT32, 3, H_DIMS(lead0, lead1, out), NULL);
+    h_round(x, rows * in, g_at); /* x as A, W and its bias as B */
+    h_round(W, (size_t)out * in, g_bt);
+    h_round(b, out, g_bt);
+    clattn_tensor tx = h_tensor_as(g_at, 3, H_DIMS(lead0, lead1, in), x);
+    clattn_tensor tW = h_tensor_as(g_bt, 2, H_DIMS(out, in), W);
+    clattn_tensor tb = h_tensor_as(g_bt, 1, H_DIMS(out), b);
+    clattn_tensor ty = h_tensor(g_ct, 3, H_DIMS(lead0, lead1, out), NULL);
     h_poison(&ty);
     if (clattn_linear(h_ctx, &tx, &tW, with_bias ? &tb : NULL, &ty) != CLATTN_SUCCESS)
         fail_msg("linear: %s", clattn_last_error(h_ctx));
-    float *got = h_read(&ty);
+    float *got = h_read_float(&ty);
     ref_matmul(1, (int)rows, out, in, x, 0, 0, W, 0, 1, 1.0, 0.0, NULL, ref, mag);
     for (size_t i = 0; i < rows * out; i++) {
         double bias = with_bias ? b[i % out] : 0.0;
         ref[i] += bias;
         mag[i] = fmax(fabs(ref[i]), mag[i] / sqrt((double)in) + fabs(bias));
     }
-    h_assert_scaled(got, ref, mag, rows * out, MATMUL_TOL, with_bias ? "linear+bias" : "linear");
+    widen_scale(mag, rows * out, g_ct);
+    h_assert_scaled(got, ref, mag, rows * out, out_tol(g_ct), with_bias ? "linear+bias" : "linear");
     free(got);
     clattn_tensor_release(&tx);
     clattn_tensor_release(&tW);
@@ -227,6 +253,50 @@ static void test_alpha_one_rounding(void **s)
     clattn_tensor_release(&tA); clattn_tensor_release(&tB); clattn_tensor_release(&tC);
 }
 
+/* float16 and bfloat16 A, B and C in every combination, through both kernels' paths (A read in
+ * place or packed, B's two packings, transposes, shared operands, k-slices, beta reading a 16-bit
+ * C), and linear with 16-bit weights and bias under float32 or 16-bit activations. The reference
+ * takes the operands as stored. */
+static void test_16bit(void **s)
+{
+    (void)s;
+    for (int i = 1; i < 27; i++) {
+        if (h_small() && i % 5 != 1) /* under Oclgrind: 6 combinations, each dtype on each side */
+            continue;
+        g_at = h_float_dtypes[i % 3];
+        g_bt = h_float_dtypes[i / 3 % 3];
+        g_ct = h_float_dtypes[i / 9];
+        RUN({2, 7, 13, 31, 0, 0}, {1, 13, 33, 17, 0, 0});
+        RUN({4, 3, 40, 8, 1, 1}, {3, 5, 9, 11, 0, 1});
+        mm_case c = {2, 19, 35, 21, 0, 0};
+        run_case(&c, 1, 0, -2.0f, 0.5f);
+        run_case(&c, 0, 1, 0.125f, 1.0f);
+        linear_case(2, 3, 20, 8, 1);
+        if (!h_small()) {
+            mm_case k = {1, 9, 11, 3001, 0, 0};
+            run_case(&k, 0, 0, 1.0f, 0.0f);
+            run_case(&k, 1, 1, 0.5f, 1.0f);
+        }
+    }
+    g_at = g_bt = g_ct = CLATTN_FLOAT32;
+}
+
+/* An int32 operand is refused by name; nothing is written. */
+static void test_16bit_bad_input(void **s)
+{
+    (void)s;
+    float a[6] = {1, 2, 3, 4, 5, 6}, c0[4] = {9, 9, 9, 9};
+    clattn_tensor h = h_tensor_as(CLATTN_FLOAT16, 2, H_DIMS(2, 3), a);
+    clattn_tensor i = h_tensor(CLATTN_INT32, 2, H_DIMS(3, 2), NULL);
+    clattn_tensor c = h_tensor(CLATTN_FLOAT32, 2, H_DIMS(2, 2), c0);
+    h_assert_error(clattn_matmul(h_ctx, &h, 0, &i, 0, 1.0f, 0.0f, &c), CLATTN_ERROR_INVALID_TENSOR,
+                   "B: dtype int32, expected float32, float16 or bfloat16");
+    h_assert_bytes(&c, c0, "C of a refused matmul");
+    clattn_tensor_release(&h);
+    clattn_tensor_release(&i);
+    clattn_tensor_release(&c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -235,7 +305,8 @@ int main(void)
         cmocka_unit_test(test_shared_operands), cmocka_unit_test(test_larger),
         cmocka_unit_test(test_alpha_beta),   cmocka_unit_test(test_linear),
         cmocka_unit_test(test_offsets),      cmocka_unit_test(test_alpha_one_rounding),
-        cmocka_unit_test(test_long_k),
+        cmocka_unit_test(test_long_k),       cmocka_unit_test(test_16bit),
+        cmocka_unit_test(test_16bit_bad_input),
     };
     return cmocka_run_group_tests(tests, h_setup, h_teardown);
 }

@@ -190,7 +190,27 @@ static void bench_check_fail(bench *b, const char *name, const char *impl, doubl
     b->failures++;
 }
 
-/* ---- gemm: C = A B, float32, row-major ---- */
+/* Host floats as dtype dt stores them (bits) and the values those bits hold (x, rounded in place). */
+static void *to_dtype(float *x, size_t n, clattn_dtype dt)
+{
+    unsigned short *h = malloc(n * sizeof *h);
+    if (!h)
+        die("out of memory");
+    for (size_t i = 0; i < n; i++) {
+        h[i] = dt == CLATTN_FLOAT16 ? clattn_float_to_half(x[i]) : clattn_float_to_bfloat16(x[i]);
+        x[i] = dt == CLATTN_FLOAT16 ? clattn_half_to_float(h[i]) : clattn_bfloat16_to_float(h[i]);
+    }
+    return h;
+}
+
+static float from_dtype(const void *y, size_t i, clattn_dtype dt)
+{
+    const unsigned short *h = y;
+    return dt == CLATTN_FLOAT32 ? ((const float *)y)[i]
+           : dt == CLATTN_FLOAT16 ? clattn_half_to_float(h[i]) : clattn_bfloat16_to_float(h[i]);
+}
+
+/* ---- gemm: C = A B, row-major, float32 (and 16-bit A and B into float32 C) ---- */
 
 #define GEMM_TOL 1e-4 /* as the tests: 1e-4 of max(|c|, sum|a b| / sqrt(K)) */
 #define GEMM_SAMPLES 2048
@@ -288,6 +308,40 @@ static int gemm_run_cblas(bench *b, void *arg)
 }
 #endif
 
+/* The same case with A and B stored as dtype dt (float32 C): its own sampled reference on the
+ * rounded operands, recorded beside the float32 figure. */
+static void gemm_16bit(bench *b, gemm_case *g, const char *name, clattn_dtype dt, double gflop)
+{
+    gemm_case h = *g;
+    size_t na = g->m * g->k, nb = g->k * g->n;
+    h.A = malloc(na * sizeof(float));
+    h.B = malloc(nb * sizeof(float));
+    if (!h.A || !h.B)
+        die("out of memory");
+    memcpy(h.A, g->A, na * sizeof(float));
+    memcpy(h.B, g->B, nb * sizeof(float));
+    void *ha = to_dtype(h.A, na, dt), *hb = to_dtype(h.B, nb, dt);
+    gemm_reference(b, &h);
+    ok(b, clattn_tensor_create(b->ctx, dt, 2, g->tA.dims, ha, &h.tA), "create 16-bit A");
+    ok(b, clattn_tensor_create(b->ctx, dt, 2, g->tB.dims, hb, &h.tB), "create 16-bit B");
+    char impl[48];
+    snprintf(impl, sizeof impl, "clattn %s A, B", dt == CLATTN_FLOAT16 ? "float16" : "bfloat16");
+    ok(b, clattn_tensor_fill(b->ctx, &h.tC, NAN), "poison C");
+    ok(b, clattn_matmul(b->ctx, &h.tA, h.ta, &h.tB, h.tb, 1.0f, 0.0f, &h.tC), "clattn_matmul");
+    double e = gemm_device_error(b, &h, &h.tC);
+    if (e > GEMM_TOL)
+        bench_check_fail(b, name, impl, e, GEMM_TOL);
+    else
+        bench_record(b, name, impl, 1, gflop, "GFLOP/s", bench_time(b, gemm_run_clattn, &h, 1),
+                     e);
+    clattn_tensor_release(&h.tA);
+    clattn_tensor_release(&h.tB);
+    free(h.A);
+    free(h.B);
+    free(ha);
+    free(hb);
+}
+
 /* One GEMM case: op(A) (m x k) op(B) (k x n), A stored (k, m) when ta, B stored (n, k) when tb. */
 static void gemm_one(bench *b, bench_size z, int ta, int tb)
 {
@@ -333,6 +387,8 @@ static void gemm_one(bench *b, bench_size z, int ta, int tb)
         } else {
             bench_record(b, name, "clattn", 0, gflop, "GFLOP/s",
                          bench_time(b, gemm_run_clattn, g, 1), e);
+            gemm_16bit(b, g, name, CLATTN_FLOAT16, gflop);
+            gemm_16bit(b, g, name, CLATTN_BFLOAT16, gflop);
 #ifdef CLATTN_BENCH_CLBLAST
             ok(b, clattn_tensor_fill(b->ctx, &g->tC, NAN), "poison C");
             if (gemm_run_clblast(b, g) == 0) {
@@ -406,26 +462,6 @@ static int softmax_run_copy(bench *b, void *arg)
     softmax_case *s = arg;
     return clEnqueueCopyBuffer(b->queue, s->x.buf, s->copy.buf, 0, 0, s->bytes / 2, 0, NULL,
                                NULL) != CL_SUCCESS;
-}
-
-/* Host floats as dtype dt stores them (bits) and the values those bits hold (x, rounded in place). */
-static void *to_dtype(float *x, size_t n, clattn_dtype dt)
-{
-    unsigned short *h = malloc(n * sizeof *h);
-    if (!h)
-        die("out of memory");
-    for (size_t i = 0; i < n; i++) {
-        h[i] = dt == CLATTN_FLOAT16 ? clattn_float_to_half(x[i]) : clattn_float_to_bfloat16(x[i]);
-        x[i] = dt == CLATTN_FLOAT16 ? clattn_half_to_float(h[i]) : clattn_bfloat16_to_float(h[i]);
-    }
-    return h;
-}
-
-static float from_dtype(const void *y, size_t i, clattn_dtype dt)
-{
-    const unsigned short *h = y;
-    return dt == CLATTN_FLOAT32 ? ((const float *)y)[i]
-           : dt == CLATTN_FLOAT16 ? clattn_half_to_float(h[i]) : clattn_bfloat16_to_float(h[i]);
 }
 
 /* Scores and output of dtype dt: GB/s of its bytes, against a copy of as many. The check allows
@@ -1438,7 +1474,8 @@ typedef struct {
 } bench_section;
 
 static const bench_section sections[] = {
-    {"gemm", "C = A B (float32, row-major) vs CLBlast on the same device and cblas on the host",
+    {"gemm", "C = A B (float32, row-major; float16 and bfloat16 A and B into float32 C) vs CLBlast on "
+             "the same device and cblas on the host",
      bench_gemm},
     {"softmax", "masked softmax, 4096 x 1024, random valid lengths, float32, float16 and bfloat16 "
                 "scores and output, GB/s read + written",
