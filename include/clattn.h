@@ -208,7 +208,8 @@ CLATTN_API clattn_status clattn_tensor_fill(clattn_context *ctx, const clattn_te
 /* ---- ops ---- */
 /* C = alpha * op(A) op(B) + beta * C, op(X) = X or X^T over the last two dims. Leading (batch) dims
  * of A, B and C must be equal, except that a 2-D A or B is shared by every batch. beta = 0 ignores
- * C's old contents (NaN included). */
+ * C's old contents (NaN included). A, B and C: float32, float16 or bfloat16 in any combination
+ * (float32 accumulation; a 16-bit C is each result rounded once). */
 CLATTN_API clattn_status clattn_matmul(clattn_context *ctx, const clattn_tensor *A, int trans_a,
                                        const clattn_tensor *B, int trans_b, float alpha, float beta,
                                        const clattn_tensor *C);
@@ -218,7 +219,7 @@ CLATTN_API clattn_status clattn_matmul(clattn_context *ctx, const clattn_tensor 
 CLATTN_API clattn_status clattn_convert(clattn_context *ctx, const clattn_tensor *x,
                                         const clattn_tensor *y);
 /* y = x W^T + b, W (out_features, in_features) as PyTorch, x (..., in), y (..., out), bias (out)
- * or NULL. */
+ * or NULL. x, W, bias and y: float32, float16 or bfloat16 in any combination (as matmul). */
 CLATTN_API clattn_status clattn_linear(clattn_context *ctx, const clattn_tensor *x,
                                        const clattn_tensor *W, const clattn_tensor *bias,
                                        const clattn_tensor *y);
@@ -348,9 +349,12 @@ typedef struct {
  * count from the bottom-right diagonal, key L_b - Qn + i, and need opts.mask.align =
  * CLATTN_ALIGN_BOTTOM_RIGHT; fill as for any mask. The same as clattn_dot_product_attention on
  * each sequence's first L_b keys; a sequence with no keys gets zeros (LSE -inf). opts.scale and
- * opts.lse (B, Hq, Qn) and opts.alibi_slopes ((Hq) or (B, Hq)) as there. Takes no valid lengths or mask tensor (the cache's lens are the
- * lengths) and no dropout. The keys are split over work-groups (flash-decoding) and merged, so
- * that one sequence fills the device; nothing waits on the host. */
+ * opts.lse (B, Hq, Qn) and opts.alibi_slopes ((Hq) or (B, Hq)) as there. Takes no valid lengths
+ * or mask tensor (the cache's lens are the lengths) and no dropout. The keys are split over work-groups (flash-decoding) and merged, so
+ * that one sequence fills the device; nothing waits on the host. Dtypes: k_cache and v_cache one
+ * of float32, float16 or bfloat16 (16-bit caches halve the bytes decoding streams), k_new and
+ * v_new one (converted to the cache's as they are written), Q and out any; float32 arithmetic,
+ * opts.lse float32. */
 CLATTN_API clattn_status clattn_decode_attention(clattn_context *ctx, const clattn_tensor *Q,
                                                  const clattn_kv_cache *cache,
                                                  const clattn_attention_opts *opts,

@@ -1,9 +1,11 @@
 /* clattn KV-cache decoding (flash-decoding): attention of a few new query rows per sequence over
  * that sequence's cached keys, split over work-items (or groups) by key ranges, then merged.
  *
- * Layout, float32 contiguous row-major at element offsets: Q (B, Hq, Qn, d), the caches K
+ * Layout, contiguous row-major at element offsets: Q (B, Hq, Qn, d), the caches K
  * (B, Hkv, Kmax, d) and V (B, Hkv, Kmax, dv), new keys and values kn (B, Hkv, Qn, d) and vn
- * (B, Hkv, Qn, dv), lens (B) int32, out (B, Hq, Qn, dv), lse (B, Hq, Qn). G = Hq / Hkv query heads
+ * (B, Hkv, Qn, dv), lens (B) int32, out (B, Hq, Qn, dv), lse (B, Hq, Qn). Dtypes (dtype.cl's
+ * codes): Q QT, the caches CT, the new rows NT; the partial states, out and lse float32 (the host
+ * stages a 16-bit out). G = Hq / Hkv query heads
  * share K/V head hk, and their G * Qn query rows are consecutive in Q (from row bh * G * Qn on,
  * bh = b * Hkv + hk), so one work-item or group takes them all, RQ at a time, and reads each
  * cached key once for them.
@@ -21,6 +23,22 @@
  * exp(x_k - mz). decode_merge combines the splits. decode_cpu leaves one float per work-item after
  * the states (see its end). */
 #include "common.cl"
+#include "dtype.cl"
+
+#ifndef QT
+#define QT 0
+#endif
+#ifndef CT
+#define CT 0
+#endif
+#ifndef NT
+#define NT 0
+#endif
+#define QTYPE CLATTN_T(QT)
+#define CTYPE CLATTN_T(CT)
+#define NTYPE CLATTN_T(NT)
+/* cache elements per 64-byte line (the touch loop's stride) */
+#define LINE (CT == 0 ? 16 : 32)
 
 #ifndef RQ
 #define RQ 4
@@ -40,20 +58,25 @@
 #if DP % 16 != 0 || DVP % 16 != 0 || RQ < 1
 #error "DP and DVP must be multiples of 16, RQ at least 1"
 #endif
-/* 16 floats of a cache row from element 16 c. ALIGN16 (set by the host when every cache row
- * starts on a 64-byte boundary: head sizes and offsets multiples of 16) reads them as one float16:
- * PoCL 3.1 splits vload16 on a global pointer into 2-float loads, 4x slower to stream. */
-#if ALIGN16
+/* 16 values of a cache row from element 16 c. ALIGN16 (set by the host when every cache row
+ * starts on a 64-byte boundary: head sizes and offsets multiples of 16) reads them as one float16
+ * (ushort16 for a 16-bit cache, then converted): PoCL 3.1 splits vload16 on a global pointer into
+ * 2-float loads, 4x slower to stream. */
+#if ALIGN16 && CT == 0
 #define ROW16(p, c) (((__global const float16 *)(p))[c])
+#elif ALIGN16 && CT == 2
+#define ROW16(p, c) clattn_f16_to_f3216(((__global const ushort16 *)(p))[c])
+#elif ALIGN16
+#define ROW16(p, c) clattn_bf16_to_f3216(((__global const ushort16 *)(p))[c])
 #else
-#define ROW16(p, c) vload16((c), (p))
+#define ROW16(p, c) CLATTN_LOAD16(CT, (p) + 16 * (c))
 #endif
 /* output columns per work-item in decode_gpu */
 #define NCOL ((DVP + WG - 1) / WG)
 
 #define DECODE_PARAMS                                                                            \
-    __global const float *Q, int q_off, __global const float *K, int k_off,                     \
-        __global const float *V, int v_off, __global const int *lens, int lens_off, int Hkv,    \
+    __global const QTYPE *Q, int q_off, __global const CTYPE *K, int k_off,                     \
+        __global const CTYPE *V, int v_off, __global const int *lens, int lens_off, int Hkv,    \
         int G, int Qn, int Kmax, int A, int d, int dv, int nsplit, int split, float scale,         \
         int2 win, float fill, __global const float *slopes, int slopes_off, int2 ss,             \
         __global float *part
@@ -80,17 +103,22 @@ static inline int2 row_bounds(int rr, int Qn, int L, int2 win)
     return (int2)(lo, hi);
 }
 
-/* The first n floats from p (all 16 when n >= 16), zeros after: rows are never read past their
- * end, where the next row's values (or the buffer's end) lie. */
-static inline float16 load16(__global const float *p, int n)
-{
-    if (n >= 16)
-        return vload16(0, p);
-    float t[16];
-    for (int i = 0; i < 16; i++)
-        t[i] = i < n ? p[i] : 0.0f;
-    return vload16(0, t);
-}
+/* The first n values from p (all 16 when n >= 16), zeros after: rows are never read past their
+ * end, where the next row's values (or the buffer's end) lie. LOAD_ROW16(T, p, n) for dtype T. */
+#define LOAD_ROW16_N(T)                                                                          \
+    static inline float16 load16_##T(__global const CLATTN_T(T) *p, int n)                       \
+    {                                                                                            \
+        if (n >= 16)                                                                             \
+            return CLATTN_LOAD16(T, p);                                                          \
+        float t[16];                                                                             \
+        for (int i = 0; i < 16; i++)                                                             \
+            t[i] = i < n ? CLATTN_LOAD(T, p + i) : 0.0f;                                         \
+        return vload16(0, t);                                                                    \
+    }
+LOAD_ROW16_N(0)
+LOAD_ROW16_N(2)
+LOAD_ROW16_N(3)
+#define LOAD_ROW16(T, p, n) CLATTN_CAT(load16_, T)(p, n)
 
 /* max without fmax's NaN bookkeeping, as flash.cl's (a NaN score makes its row NaN through the
  * sum instead) */
@@ -133,8 +161,8 @@ __kernel void decode_cpu(DECODE_PARAMS)
     int nr = min(RQ, R - r0), L = seq_keys(lens, lens_off, bh / Hkv, Kmax, A);
     int k_lo = s * split, k_hi = min(k_lo + split, L);
     size_t base = (size_t)bh * R + r0; /* the first query row */
-    __global const float *kb = K + k_off + (size_t)bh * Kmax * d;
-    __global const float *vb = V + v_off + (size_t)bh * Kmax * dv;
+    __global const CTYPE *kb = K + k_off + (size_t)bh * Kmax * d;
+    __global const CTYPE *vb = V + v_off + (size_t)bh * Kmax * dv;
     float16 qv[RQ][DP / 16], acc[RQ][DVP / 16];
     float m[RQ], l[RQ], slope[RQ], sink = 0.0f;
     int lo[RQ], hi[RQ], diag[RQ];
@@ -143,10 +171,10 @@ __kernel void decode_cpu(DECODE_PARAMS)
         int rr = r0 + min(r, nr - 1); /* rows past R recompute the last one */
         slope[r] = row_slope(slopes, slopes_off, ss, bh, rr, Hkv, G, Qn);
         diag[r] = L - Qn + rr % Qn;
-        __global const float *qr = Q + q_off + (base + (rr - r0)) * d;
+        __global const QTYPE *qr = Q + q_off + (base + (rr - r0)) * d;
         #pragma unroll
         for (int c = 0; c < DP / 16; c++)
-            qv[r][c] = load16(qr + 16 * c, d - 16 * c);
+            qv[r][c] = LOAD_ROW16(QT, qr + 16 * c, d - 16 * c);
         int2 bo = row_bounds(rr, Qn, L, win);
         lo[r] = bo.x;
         hi[r] = bo.y;
@@ -161,16 +189,17 @@ __kernel void decode_cpu(DECODE_PARAMS)
         int nk = min(16, k_hi - k0);
         float st[RQ][16], corr[RQ];
         for (int j = 0; j < nk; j++) {
-            __global const float *kr = kb + (size_t)(k0 + j) * d;
-            /* touch: one float per 64-byte line of this key's V row and of the K row 16 keys on,
+            __global const CTYPE *kr = kb + (size_t)(k0 + j) * d;
+            /* touch: one value per 64-byte line of this key's V row and of the K row 16 keys on,
              * so that they are on their way from memory well before use (PoCL's prefetch() is
-             * empty, and the hardware's did not keep up: 9 GB/s without, 15 with, EPYC) */
-            __global const float *vt = vb + (size_t)(k0 + j) * dv;
-            for (int c = 0; c < dv; c += 16)
-                sink += vt[c];
+             * empty, and the hardware's did not keep up: 9 GB/s without, 15 with, EPYC); a
+             * 16-bit cache's bits are summed as integers (a conversion would cost more) */
+            __global const CTYPE *vt = vb + (size_t)(k0 + j) * dv;
+            for (int c = 0; c < dv; c += LINE)
+                sink += (float)vt[c];
             if (k0 + 16 + j < k_hi)
-                for (int c = 0; c < d; c += 16)
-                    sink += kr[16 * d + c];
+                for (int c = 0; c < d; c += LINE)
+                    sink += (float)kr[16 * d + c];
             float16 a[RQ];
             #pragma unroll
             for (int r = 0; r < RQ; r++)
@@ -183,7 +212,7 @@ __kernel void decode_cpu(DECODE_PARAMS)
                     a[r] = fma(qv[r][c], kv, a[r]);
             }
             if (16 * nd < d) {
-                float16 kv = load16(kr + 16 * nd, d - 16 * nd);
+                float16 kv = LOAD_ROW16(CT, kr + 16 * nd, d - 16 * nd);
                 #pragma unroll
                 for (int r = 0; r < RQ; r++)
                     a[r] = fma(qv[r][nd], kv, a[r]);
@@ -226,7 +255,7 @@ __kernel void decode_cpu(DECODE_PARAMS)
                 }
             } else {
                 for (int j = 0; j < nk; j++) {
-                    float16 vv = load16(vb + (size_t)(k0 + j) * dv + 16 * c, dv - 16 * c);
+                    float16 vv = LOAD_ROW16(CT, vb + (size_t)(k0 + j) * dv + 16 * c, dv - 16 * c);
                     #pragma unroll
                     for (int r = 0; r < RQ; r++)
                         a[r] = fma((float16)(st[r][j]), vv, a[r]);
@@ -264,13 +293,13 @@ void decode_gpu(DECODE_PARAMS)
     int nr = min(RQ, R - r0), L = seq_keys(lens, lens_off, bh / Hkv, Kmax, A);
     int k_lo = s * split, k_hi = min(k_lo + split, L);
     size_t base = (size_t)bh * R + r0;
-    __global const float *kb = K + k_off + (size_t)bh * Kmax * d;
-    __global const float *vb = V + v_off + (size_t)bh * Kmax * dv;
+    __global const CTYPE *kb = K + k_off + (size_t)bh * Kmax * d;
+    __global const CTYPE *vb = V + v_off + (size_t)bh * Kmax * dv;
     int lo[RQ], hi[RQ], diag[RQ];
     float acc[RQ][NCOL], slope[RQ];
     for (int i = t; i < RQ * DP; i += WG) {
         int r = i / DP, e = i % DP;
-        qs[r][e] = e < d ? Q[q_off + (base + min(r, nr - 1)) * d + e] : 0.0f;
+        qs[r][e] = e < d ? CLATTN_LOAD(QT, Q + q_off + (base + min(r, nr - 1)) * d + e) : 0.0f;
     }
     for (int r = 0; r < RQ; r++) {
         int rr = r0 + min(r, nr - 1);
@@ -292,10 +321,10 @@ void decode_gpu(DECODE_PARAMS)
         for (int r = 0; r < RQ; r++) {
             float a = -INFINITY; /* not a key */
             if (kk < k_hi) {
-                __global const float *kr = kb + (size_t)kk * d;
+                __global const CTYPE *kr = kb + (size_t)kk * d;
                 a = 0.0f;
                 for (int e = 0; e < d; e++)
-                    a = mad(qs[r][e], kr[e], a);
+                    a = mad(qs[r][e], CLATTN_LOAD(CT, kr + e), a);
                 a *= scale;
                 if (slopes)
                     a += CLATTN_ALIBI(slope[r], (float)(diag[r] - kk));
@@ -330,7 +359,7 @@ void decode_gpu(DECODE_PARAMS)
             for (int r = 0; r < RQ; r++) {
                 float a = acc[r][ci] * corr_l[r];
                 for (int j = 0; j < nk; j++)
-                    a = mad(S[r][j], vb[(size_t)(k0 + j) * dv + c], a);
+                    a = mad(S[r][j], CLATTN_LOAD(CT, vb + (size_t)(k0 + j) * dv + c), a);
                 acc[r][ci] = a;
             }
         }
@@ -385,10 +414,10 @@ __kernel void decode_merge(__global const float *part, int nsplit, int dv, int c
         lse[lse_off + row] = L == 0 ? -INFINITY : M + log(sum);
 }
 
-/* The new keys and values into the caches at each sequence's length. One work-item per element
- * (column e of new row i of K/V head bh). */
-__kernel void decode_append(__global const float *kn, int kn_off, __global const float *vn,
-                            int vn_off, __global float *K, int k_off, __global float *V, int v_off,
+/* The new keys and values into the caches at each sequence's length, converted from NT to CT.
+ * One work-item per element (column e of new row i of K/V head bh). */
+__kernel void decode_append(__global const NTYPE *kn, int kn_off, __global const NTYPE *vn,
+                            int vn_off, __global CTYPE *K, int k_off, __global CTYPE *V, int v_off,
                             __global const int *lens, int lens_off, int Hkv, int Qn, int Kmax,
                             int d, int dv)
 {
@@ -396,9 +425,9 @@ __kernel void decode_append(__global const float *kn, int kn_off, __global const
     size_t pos = (size_t)bh * Kmax + seq_keys(lens, lens_off, bh / Hkv, Kmax, Qn) - Qn + i;
     size_t src = (size_t)bh * Qn + i;
     if (e < d)
-        K[k_off + pos * d + e] = kn[kn_off + src * d + e];
+        CLATTN_STORE(CT, CLATTN_LOAD(NT, kn + kn_off + src * d + e), K + k_off + pos * d + e);
     if (e < dv)
-        V[v_off + pos * dv + e] = vn[vn_off + src * dv + e];
+        CLATTN_STORE(CT, CLATTN_LOAD(NT, vn + vn_off + src * dv + e), V + v_off + pos * dv + e);
 }
 
 /* lens[b] += Qn after an append (clamped as everywhere above). One work-item per sequence. */

@@ -16,13 +16,14 @@ static int bucket(int n)
     return dim_buckets[i];
 }
 
-/* t is 4-D float32 (B, H, rows, cols) with the given dims, 0 meaning any (stored in dims). */
+/* t is 4-D float32, float16 or bfloat16 (B, H, rows, cols) with the given dims, 0 meaning any
+ * (stored in dims). */
 static clattn_status check_4d(clattn_context *ctx, const clattn_tensor *t, const char *name,
                               size_t dims[4], const char *what)
 {
     clattn_status st = CLATTN_SUCCESS;
     char s1[96], want[96] = "(";
-    CHECK_ST(clattn__check_tensor(ctx, t, name, CLATTN_FLOAT32, 4, 4));
+    CHECK_ST(clattn__check_float_tensor(ctx, t, name, 4, 4));
     int ok = 1;
     for (int i = 0; i < 4; i++) {
         ok &= dims[i] == 0 || t->dims[i] == dims[i];
@@ -60,6 +61,9 @@ static clattn_status check_shapes(clattn_context *ctx, const clattn_tensor *Q,
     v[1] = k[1];
     v[2] = k[2];
     CHECK_ST(check_4d(ctx, c->v_cache, "cache.v_cache", v, "k_cache's batch, heads and rows"));
+    CHECK(ctx, c->v_cache->dtype == c->k_cache->dtype, CLATTN_ERROR_INVALID_TENSOR,
+          "cache.v_cache: dtype %s, expected k_cache's %s (one dtype for the cache)",
+          clattn__dtype_name(c->v_cache->dtype), clattn__dtype_name(c->k_cache->dtype));
     CHECK(ctx, q[3] <= DECODE_MAX_DIM && v[3] <= DECODE_MAX_DIM, CLATTN_ERROR_UNSUPPORTED,
           "Q, cache.v_cache: head sizes %zu, %zu, at most %d", q[3], v[3], DECODE_MAX_DIM);
     CHECK_ST(clattn__check_tensor(ctx, c->lens, "cache.lens", CLATTN_INT32, 1, 1));
@@ -76,6 +80,9 @@ static clattn_status check_shapes(clattn_context *ctx, const clattn_tensor *Q,
         memcpy(vn, want_v, sizeof vn);
         CHECK_ST(check_4d(ctx, c->k_new, "cache.k_new", kn, "k_cache's batch and heads, Q's rows"));
         CHECK_ST(check_4d(ctx, c->v_new, "cache.v_new", vn, "v_cache's batch and heads, Q's rows"));
+        CHECK(ctx, c->v_new->dtype == c->k_new->dtype, CLATTN_ERROR_INVALID_TENSOR,
+              "cache.v_new: dtype %s, expected k_new's %s", clattn__dtype_name(c->v_new->dtype),
+              clattn__dtype_name(c->k_new->dtype));
         CHECK(ctx, q[2] <= k[2], CLATTN_ERROR_SHAPE_MISMATCH,
               "cache.k_new: %zu new rows do not fit a cache of %zu", q[2], k[2]);
     }
@@ -152,7 +159,8 @@ long clattn__decode_gpu_min_loops(const clattn_tuning *t)
 
 typedef struct {
     int B, Hq, Hkv, G, Qn, Kmax, A, d, dv, nsplit, SK, RQ, WG, gpu;
-    int align16; /* every cache row starts on 16 floats (the buffers' base is aligned further) */
+    int align16; /* every cache row starts on 16 elements (the buffers' base is aligned further) */
+    clattn_dtype qt, ct, nt; /* Q's, the cache's and the new rows' dtypes */
     size_t part_floats; /* the scratch the splits write */
     float scale;
     cl_int2 win;
@@ -164,8 +172,10 @@ typedef struct {
 
 static void kernel_defines(const clattn_tuning *t, const decode_plan *p, char *buf, size_t n)
 {
-    snprintf(buf, n, "%s-D DP=%d -D DVP=%d -D ALIGN16=%d", t->defines, bucket(p->d),
+    snprintf(buf, n, "%s-D DP=%d -D DVP=%d -D ALIGN16=%d ", t->defines, bucket(p->d),
              bucket(p->dv), p->align16);
+    clattn__dtype_define(buf, n, "QT", p->qt);
+    clattn__dtype_define(buf, n, "CT", p->ct);
 }
 
 /* The compiled decode_gpu may allow fewer items per group than WG (llvmpipe: 32): halved until
@@ -205,6 +215,9 @@ static clattn_status make_plan(clattn_context *ctx, clattn_tuning *t, const clat
     p->Kmax = (int)c->k_cache->dims[2];
     p->dv = (int)c->v_cache->dims[3];
     p->A = c->k_new ? p->Qn : 0;
+    p->qt = Q->dtype;
+    p->ct = c->k_cache->dtype;
+    p->nt = c->k_new ? c->k_new->dtype : CLATTN_FLOAT32;
     p->align16 = p->d % 16 == 0 && p->dv % 16 == 0 && c->k_cache->offset % 16 == 0 &&
                  c->v_cache->offset % 16 == 0 && clattn__aligned64(ctx, c->k_cache->buf) &&
                  clattn__aligned64(ctx, c->v_cache->buf);
@@ -258,7 +271,10 @@ static clattn_status enqueue_append(clattn_context *ctx, const clattn_kv_cache *
     int kn_off = (int)c->k_new->offset, vn_off = (int)c->v_new->offset;
     int k_off = (int)c->k_cache->offset, v_off = (int)c->v_cache->offset;
     int l_off = (int)c->lens->offset;
-    CHECK_ST(clattn__get_kernel(ctx, "decode.cl", "", "decode_append", &k));
+    char defines[64] = "";
+    clattn__dtype_define(defines, sizeof defines, "CT", p->ct);
+    clattn__dtype_define(defines, sizeof defines, "NT", p->nt);
+    CHECK_ST(clattn__get_kernel(ctx, "decode.cl", defines, "decode_append", &k));
     CHECK_ST(clattn__set_args(ctx, k, "decode_append", ARG(c->k_new->buf), ARG(kn_off),
                               ARG(c->v_new->buf), ARG(vn_off), ARG(c->k_cache->buf), ARG(k_off),
                               ARG(c->v_cache->buf), ARG(v_off), ARG(c->lens->buf), ARG(l_off),
@@ -366,7 +382,15 @@ clattn_status clattn_decode_attention(clattn_context *ctx, const clattn_tensor *
     if (cache->k_new)
         CHECK_ST(enqueue_append(ctx, cache, &p));
     CHECK_ST(enqueue_splits(ctx, &t, Q, cache, &p, part));
-    CHECK_ST(enqueue_merge(ctx, cache, &p, part, out, lse));
+    if (out->dtype == CLATTN_FLOAT32) {
+        CHECK_ST(enqueue_merge(ctx, cache, &p, part, out, lse));
+    } else { /* merged in float32, each output rounded once */
+        cl_mem buf;
+        CHECK_ST(clattn__scratch(ctx, CLATTN_SCRATCH_CAST, clattn_tensor_numel(out) * 4, &buf));
+        clattn_tensor o32 = clattn_view(buf, CLATTN_FLOAT32, 0, 4, out->dims);
+        CHECK_ST(enqueue_merge(ctx, cache, &p, part, &o32, lse));
+        CHECK_ST(clattn__enqueue_convert(ctx, &o32, out));
+    }
     if (cache->advance)
         CHECK_ST(enqueue_advance(ctx, cache, &p));
 fail:

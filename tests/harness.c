@@ -133,6 +133,24 @@ float *h_read_float(const clattn_tensor *t)
     return p;
 }
 
+void h_write_float(const clattn_tensor *t, const float *x)
+{
+    size_t n = clattn_tensor_numel(t);
+    void *w = (void *)x;
+    if (t->dtype != CLATTN_FLOAT32) {
+        unsigned short *b = malloc((n ? n : 1) * sizeof *b);
+        assert_non_null(b);
+        for (size_t i = 0; i < n; i++)
+            b[i] = to16(x[i], t->dtype);
+        w = b;
+    }
+    clattn_status rc = clattn_tensor_write_blocking(h_ctx, t, w);
+    if (w != (void *)x)
+        free(w);
+    if (rc != CLATTN_SUCCESS)
+        fail_msg("write: %s", clattn_last_error(h_ctx));
+}
+
 double h_unit_roundoff(clattn_dtype dt)
 {
     return dt == CLATTN_FLOAT16 ? 0x1p-11 : dt == CLATTN_BFLOAT16 ? 0x1p-8 : 0x1p-24;

@@ -35,6 +35,7 @@ clattn_tensor h_batched(int nlead, const size_t *lead, size_t rows, size_t cols,
 void h_round(float *x, size_t n, clattn_dtype dt);
 clattn_tensor h_tensor_as(clattn_dtype dt, int ndim, const size_t *dims, const float *host);
 float *h_read_float(const clattn_tensor *t);
+void h_write_float(const clattn_tensor *t, const float *x); /* floats stored as t's dtype */
 double h_unit_roundoff(clattn_dtype dt);
 double h_subnormal_step(clattn_dtype dt);
 extern const clattn_dtype h_float_dtypes[3]; /* float32, float16, bfloat16 */

@@ -284,7 +284,7 @@ static void test_mixed_overlap(void **s)
     clattn_tensor_release(&t);
 }
 
-/* Bad input: int32, shapes that differ, an op that takes float32 given float16. */
+/* Bad input: int32, shapes that differ, an op that takes float32 only given float16. */
 static void test_bad_input(void **s)
 {
     (void)s;
@@ -298,8 +298,10 @@ static void test_bad_input(void **s)
     h_assert_error(clattn_convert(h_ctx, &f, &h), CLATTN_ERROR_SHAPE_MISMATCH,
                    "y: shape (3, 2), expected x's (2, 3)");
     h_assert_error(clattn_tensor_fill(h_ctx, &i, 1.0f), CLATTN_ERROR_INVALID_TENSOR, "int32");
-    h_assert_error(clattn_matmul(h_ctx, &h6, 0, &h, 0, 1.0f, 0.0f, &c), CLATTN_ERROR_INVALID_TENSOR,
-                   "dtype float16, expected float32");
+    clattn_dropout_params dp = {0};
+    dp.p = 0.5f;
+    h_assert_error(clattn_dropout(h_ctx, &h6, &dp, &f), CLATTN_ERROR_INVALID_TENSOR,
+                   "dtype float16, expected float32"); /* an op that takes float32 only */
     clattn_tensor bad = f;
     bad.dtype = (clattn_dtype)9;
     h_assert_error(clattn_convert(h_ctx, &bad, &h6), CLATTN_ERROR_INVALID_TENSOR, "unknown");

@@ -6,6 +6,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* dtype shorthands of the 16-bit combination tables */
+#define F32 CLATTN_FLOAT32
+#define F16 CLATTN_FLOAT16
+#define BF16 CLATTN_BFLOAT16
+
 /* as test_attention.c's: 1e-4 of sum_k w_k |v_k| */
 #define OUT_TOL 1e-4
 #define MAX_B 4
@@ -21,6 +26,7 @@ typedef struct {
     int negative; /* every score negative: Q in [-qscale, 0], K in [0, 1] */
     int alibi;    /* ALiBi slopes: 0 none, 1 per head (Hq), 2 per sequence and head (B, Hq) */
     double alibi_mag; /* slopes uniform in [0, alibi_mag]; 0: Press et al.'s 2^(-8 h / Hq) */
+    clattn_dtype qt, ct, nt, ot; /* Q's, the caches', the new rows' and out's dtypes (0: float32) */
 } dec_case;
 
 static int clamp_len(int v, int hi)
@@ -87,6 +93,11 @@ static void run(const dec_case *c)
     h_fill(vc, nkc * c->dv, -1, 1);
     h_fill(kn, nkn * c->d, c->negative ? 0 : -1, 1);
     h_fill(vn, nkn * c->dv, -1, 1);
+    h_round(q, nq * c->d, c->qt); /* the reference sees the stored values */
+    h_round(kn, nkn * c->d, c->nt);
+    h_round(vn, nkn * c->dv, c->nt);
+    h_round(kc, nkc * c->d, c->ct);
+    h_round(vc, nkc * c->dv, c->ct);
     for (int b = 0; b < B; b++) {
         lens[b] = c->lens[b] == -2 ? h_randint(0, Kmax - Qn) : c->lens[b];
         L[b] = clamp_len(lens[b], Kmax - A) + A;
@@ -103,11 +114,11 @@ static void run(const dec_case *c)
     size_t qd[4] = {B, Hq, Qn, c->d}, od[4] = {B, Hq, Qn, c->dv};
     size_t kd[4] = {B, Hkv, Kmax, c->d}, vd[4] = {B, Hkv, Kmax, c->dv};
     size_t knd[4] = {B, Hkv, Qn, c->d}, vnd[4] = {B, Hkv, Qn, c->dv};
-    clattn_tensor tq = h_tensor(CLATTN_FLOAT32, 4, qd, q), tkc = h_tensor(CLATTN_FLOAT32, 4, kd, kc);
-    clattn_tensor tvc = h_tensor(CLATTN_FLOAT32, 4, vd, vc);
-    clattn_tensor tkn = h_tensor(CLATTN_FLOAT32, 4, knd, kn), tvn = h_tensor(CLATTN_FLOAT32, 4, vnd, vn);
+    clattn_tensor tq = h_tensor_as(c->qt, 4, qd, q), tkc = h_tensor_as(c->ct, 4, kd, kc);
+    clattn_tensor tvc = h_tensor_as(c->ct, 4, vd, vc);
+    clattn_tensor tkn = h_tensor_as(c->nt, 4, knd, kn), tvn = h_tensor_as(c->nt, 4, vnd, vn);
     clattn_tensor tl = h_tensor(CLATTN_INT32, 1, H_DIMS(B), lens);
-    clattn_tensor to = h_tensor(CLATTN_FLOAT32, 4, od, NULL), tlse = h_tensor(CLATTN_FLOAT32, 3, od, NULL);
+    clattn_tensor to = h_tensor(c->ot, 4, od, NULL), tlse = h_tensor(CLATTN_FLOAT32, 3, od, NULL);
     h_poison(&to);
     h_poison(&tlse);
     /* what the caches hold after the append */
@@ -119,6 +130,8 @@ static void run(const dec_case *c)
                 memcpy(kc + dst * c->d, kn + src * c->d, c->d * 4);
                 memcpy(vc + dst * c->dv, vn + src * c->dv, c->dv * 4);
             }
+    h_round(kc, nkc * c->d, c->ct); /* the appended rows as the cache stores them */
+    h_round(vc, nkc * c->dv, c->ct);
     for (int b = 0; c->nan_v && b < B; b++)
         for (int h = 0; L[b] >= c->nan_v && h < Hkv; h++) {
             size_t r = ((size_t)b * Hkv + h) * Kmax + L[b] - c->nan_v;
@@ -144,18 +157,18 @@ static void run(const dec_case *c)
     clattn_tensor tsl = c->alibi == 2 ? h_tensor(CLATTN_FLOAT32, 2, H_DIMS(B, Hq), sf)
                                       : h_tensor(CLATTN_FLOAT32, 1, H_DIMS(Hq), sf);
     /* the NaN rows go to the device too: through v_new, or the cache itself */
-    assert_int_equal(clattn_tensor_write_blocking(h_ctx, &tvn, vn), CLATTN_SUCCESS);
+    h_write_float(&tvn, vn);
     if (!c->append)
-        assert_int_equal(clattn_tensor_write_blocking(h_ctx, &tvc, vc), CLATTN_SUCCESS);
+        h_write_float(&tvc, vc);
     else { /* keep the rows past the prefix NaN on the device */
-        float *dev = h_read(&tvc);
+        float *dev = h_read_float(&tvc);
         for (int b = 0; b < B; b++)
             for (int h = 0; h < Hkv; h++)
                 for (int j = 0; j < L[b] - Qn; j++) {
                     size_t r = ((size_t)b * Hkv + h) * Kmax + j;
                     memcpy(dev + r * c->dv, vc + r * c->dv, c->dv * 4);
                 }
-        assert_int_equal(clattn_tensor_write_blocking(h_ctx, &tvc, dev), CLATTN_SUCCESS);
+        h_write_float(&tvc, dev);
         free(dev);
     }
     clattn_kv_cache cache = {&tkc, &tvc, &tl, c->append ? &tkn : NULL, c->append ? &tvn : NULL,
@@ -174,22 +187,28 @@ static void run(const dec_case *c)
         fail_msg("decode_attention: %s", clattn_last_error(h_ctx));
     char what[200];
     size_t per = (size_t)Hq * Qn;
-    float *go = h_read(&to), *gl = h_read(&tlse);
+    float *go = h_read_float(&to), *gl = h_read(&tlse);
+    /* a 16-bit out is each float32 result rounded once: the tolerance grows by its unit
+     * roundoff (the scale sum_k w_k |v_k| bounds |out|), and float16's subnormal step */
+    double u = c->ot == CLATTN_FLOAT32 ? 0 : h_unit_roundoff(c->ot), tol = OUT_TOL + u * (1 + OUT_TOL);
     double *ro = malloc(per * c->dv * 8), *rl = malloc(per * 8), *sc = malloc(per * c->dv * 8);
     double *mag = malloc(per * 8);
     for (int b = 0; b < B; b++) {
         reference(c, b, L[b], q, kc, vc, sd, ro, rl, sc, mag);
+        for (size_t i = 0; i < per * c->dv; i++)
+            sc[i] += h_subnormal_step(c->ot) / tol;
         snprintf(what, sizeof what, "decode B=%d Hq=%d Hkv=%d Qn=%d Kmax=%d d=%d dv=%d: sequence "
                  "%d, lens %d (L %d), append %d causal %d window %d (%d, %d) fill %g nan_v %d "
-                 "alibi %d (%g)", B, Hq, Hkv, Qn, Kmax, c->d, c->dv, b, lens[b], L[b], c->append,
-                 c->causal, c->window, c->left, c->right, c->fill, c->nan_v, c->alibi,
-                 c->alibi_mag);
-        h_assert_scaled(go + b * per * c->dv, ro, sc, per * c->dv, OUT_TOL, what);
+                 "alibi %d (%g), Q %s cache %s new %s out %s", B, Hq, Hkv, Qn, Kmax, c->d, c->dv,
+                 b, lens[b], L[b], c->append, c->causal, c->window, c->left, c->right, c->fill,
+                 c->nan_v, c->alibi, c->alibi_mag, h_dtype_name(c->qt), h_dtype_name(c->ct),
+                 h_dtype_name(c->nt), h_dtype_name(c->ot));
+        h_assert_scaled(go + b * per * c->dv, ro, sc, per * c->dv, tol, what);
         strncat(what, " (lse)", sizeof what - strlen(what) - 1);
         h_assert_lse(gl + b * per, rl, mag, per, what);
     }
     /* the caches: the new rows at each sequence's length, every other row as it was */
-    float *gk = h_read(&tkc);
+    float *gk = h_read_float(&tkc);
     for (int b = 0; b < B; b++)
         for (int h = 0; h < Hkv; h++)
             for (int j = 0; j < L[b]; j++) {
@@ -327,6 +346,71 @@ static void test_sync_rejects_lens(void **s)
     clattn_context_destroy(&ctx);
 }
 
+/* 16-bit caches (the bytes decoding streams), Q, new rows and out in combinations that put each
+ * dtype in each place: aligned rows (head sizes multiples of 16: the aligned-row loads) and
+ * others, appends converting the new rows to the cache's dtype, masks, NaN values, ALiBi, long
+ * caches. The reference takes every input as stored. */
+static void test_16bit(void **s)
+{
+    (void)s;
+    static const clattn_dtype combos[5][4] = {{F32, F16, F32, F32}, {F32, BF16, BF16, F32},
+                                              {F16, F16, F16, F16}, {BF16, BF16, F32, BF16},
+                                              {BF16, F16, BF16, F32}};
+    for (int i = 0; i < 5; i++) {
+        clattn_dtype qt = combos[i][0], ct = combos[i][1], nt = combos[i][2], ot = combos[i][3];
+        CASES({3, 8, 2, 1, 300, 64, 48, {0, 300, 257}, .qt = qt, .ct = ct, .nt = nt, .ot = ot},
+              {2, 3, 3, 1, 49, 15, 17, {48, 16}, .qt = qt, .ct = ct, .nt = nt, .ot = ot},
+              {1, 32, 8, 1, 1000, 128, 128, {999}, .qt = qt, .ct = ct, .nt = nt, .ot = ot},
+              {2, 2, 2, 5, 64, 8, 24, {10, 59}, 1, 1, 1, .qt = qt, .ct = ct, .nt = nt, .ot = ot},
+              {1, 4, 2, 16, 300, 32, 16, {270}, 1, 1, 1, .qt = qt, .ct = ct, .nt = nt, .ot = ot},
+              {2, 4, 2, 3, 300, 16, 8, {290, 40}, 1, 0, 0, 1, 20, 5, .fill = -1.0f, .qt = qt,
+               .ct = ct, .nt = nt, .ot = ot},
+              {2, 4, 1, 3, 50, 8, 8, {20, 49}, 1, 0, 1, .nan_v = 1, .qt = qt, .ct = ct,
+               .nt = nt, .ot = ot},
+              {2, 8, 2, 1, 400, 64, 64, {399, 200}, .qscale = 100, .qt = qt, .ct = ct,
+               .nt = nt, .ot = ot},
+              {3, 4, 1, 1, 97, 16, 16, {-2, -2, -2}, .alibi = 2, .alibi_mag = 1, .qt = qt,
+               .ct = ct, .nt = nt, .ot = ot},
+              {2, 8, 2, 1, 4097, 128, 128, {4097, 3001}, .qt = qt, .ct = ct, .nt = nt,
+               .ot = ot});
+    }
+}
+
+/* The cache is one dtype, the new rows too; int32 is no float. Nothing is written. */
+static void test_16bit_bad_input(void **s)
+{
+    (void)s;
+    float z[2 * 10 * 8] = {0}, o[16];
+    int lens[2] = {3, 4};
+    h_fill(o, 16, 5, 6);
+    clattn_tensor tq = h_tensor(CLATTN_FLOAT32, 4, H_DIMS(2, 1, 1, 8), z);
+    clattn_tensor tk = h_tensor_as(CLATTN_FLOAT16, 4, H_DIMS(2, 1, 10, 8), z);
+    clattn_tensor tv = h_tensor_as(CLATTN_BFLOAT16, 4, H_DIMS(2, 1, 10, 8), z);
+    clattn_tensor tv16 = h_tensor_as(CLATTN_FLOAT16, 4, H_DIMS(2, 1, 10, 8), z);
+    clattn_tensor tkn = h_tensor_as(CLATTN_FLOAT16, 4, H_DIMS(2, 1, 1, 8), z);
+    clattn_tensor tvn = h_tensor(CLATTN_FLOAT32, 4, H_DIMS(2, 1, 1, 8), z);
+    clattn_tensor ti = h_tensor(CLATTN_INT32, 4, H_DIMS(2, 1, 1, 8), NULL);
+    clattn_tensor tl = h_tensor(CLATTN_INT32, 1, H_DIMS(2), lens);
+    clattn_tensor to = h_tensor(CLATTN_FLOAT32, 4, H_DIMS(2, 1, 1, 8), o);
+    clattn_kv_cache c1 = {&tk, &tv, &tl, NULL, NULL, 0};
+    h_assert_error(clattn_decode_attention(h_ctx, &tq, &c1, NULL, &to),
+                   CLATTN_ERROR_INVALID_TENSOR,
+                   "cache.v_cache: dtype bfloat16, expected k_cache's float16");
+    clattn_kv_cache c2 = {&tk, &tv16, &tl, &tkn, &tvn, 1};
+    h_assert_error(clattn_decode_attention(h_ctx, &tq, &c2, NULL, &to),
+                   CLATTN_ERROR_INVALID_TENSOR, "cache.v_new: dtype float32, expected k_new's float16");
+    clattn_kv_cache c3 = {&tk, &tv16, &tl, NULL, NULL, 0};
+    h_assert_error(clattn_decode_attention(h_ctx, &ti, &c3, NULL, &to),
+                   CLATTN_ERROR_INVALID_TENSOR, "Q: dtype int32");
+    h_assert_bytes(&to, o, "out of a refused decode");
+    int *gl = h_read(&tl);
+    assert_memory_equal(gl, lens, sizeof lens);
+    free(gl);
+    clattn_tensor *ts[] = {&tq, &tk, &tv, &tv16, &tkn, &tvn, &ti, &tl, &to};
+    for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
+        clattn_tensor_release(ts[i]);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -337,6 +421,8 @@ int main(void)
         cmocka_unit_test(test_long),
         cmocka_unit_test(test_alibi),
         cmocka_unit_test(test_sync_rejects_lens),
+        cmocka_unit_test(test_16bit),
+        cmocka_unit_test(test_16bit_bad_input),
     };
     return cmocka_run_group_tests(tests, h_setup, h_teardown);
 }

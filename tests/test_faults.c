@@ -132,6 +132,7 @@ static void test_broken_kernel_keeps_context_usable(void **s)
     char dir[] = "/tmp/clattn-broken-XXXXXX", path[512];
     assert_non_null(mkdtemp(dir));
     copy_kernel(dir, "common.cl");
+    copy_kernel(dir, "dtype.cl");
     copy_kernel(dir, "matmul.cl");
     write_file(dir, "softmax.cl",
                "#include \"common.cl\"\n"
@@ -154,8 +155,8 @@ static void test_broken_kernel_keeps_context_usable(void **s)
     clattn_tensor_release(&t);
     clattn_tensor_release(&y);
     clattn_context_destroy(&c);
-    const char *names[] = {"common.cl", "matmul.cl", "softmax.cl"};
-    for (size_t i = 0; i < 3; i++) {
+    const char *names[] = {"common.cl", "dtype.cl", "matmul.cl", "softmax.cl"};
+    for (size_t i = 0; i < 4; i++) {
         snprintf(path, sizeof path, "%s/%s", dir, names[i]);
         remove(path);
     }

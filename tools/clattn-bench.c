@@ -1003,6 +1003,39 @@ static double dec_error(bench *b, dec_case *c, const float *q, const float *k, c
     return worst;
 }
 
+/* The same decode over a 16-bit cache (the values rounded to dt), checked against its own
+ * reference; GB/s counted over the float32 cache's bytes, so that the figure beside the float32
+ * one is the speedup. */
+static void dec_16bit(bench *b, dec_case *c, const char *name, const float *q, const float *k,
+                      const float *v, size_t kn, size_t K, clattn_dtype dt)
+{
+    dec_case h = *c;
+    float *kr = malloc(kn * sizeof *kr), *vr = malloc(kn * sizeof *vr);
+    if (!kr || !vr)
+        die("out of memory");
+    memcpy(kr, k, kn * sizeof *kr);
+    memcpy(vr, v, kn * sizeof *vr);
+    void *kb = to_dtype(kr, kn, dt), *vb = to_dtype(vr, kn, dt);
+    ok(b, clattn_tensor_create(b->ctx, dt, 4, c->kc.dims, kb, &h.kc), "create 16-bit K cache");
+    ok(b, clattn_tensor_create(b->ctx, dt, 4, c->vc.dims, vb, &h.vc), "create 16-bit V cache");
+    free(kb);
+    free(vb);
+    h.cache.k_cache = &h.kc;
+    h.cache.v_cache = &h.vc;
+    char impl[64];
+    snprintf(impl, sizeof impl, "decode, %s cache", dt == CLATTN_FLOAT16 ? "float16" : "bfloat16");
+    double err = dec_error(b, &h, q, kr, vr, K);
+    if (err > ATT_TOL)
+        bench_check_fail(b, name, impl, err, ATT_TOL);
+    else
+        bench_record(b, name, impl, 1, 1e-9 * (double)c->bytes, "GB/s",
+                     bench_time(b, dec_run, &h, 1), err);
+    clattn_tensor_release(&h.kc);
+    clattn_tensor_release(&h.vc);
+    free(kr);
+    free(vr);
+}
+
 static void dec_one(bench *b, size_t B, size_t K)
 {
     dec_case c;
@@ -1039,6 +1072,8 @@ static void dec_one(bench *b, size_t B, size_t K)
                      bench_time(b, dec_run, &c, 1), err);
         bench_record(b, name, "clEnqueueCopyBuffer", 1, 1e-9 * (double)c.bytes, "GB/s",
                      bench_time(b, dec_run_copy, &c, 1), 0);
+        dec_16bit(b, &c, name, q, k, v, kn, K, CLATTN_FLOAT16);
+        dec_16bit(b, &c, name, q, k, v, kn, K, CLATTN_BFLOAT16);
     }
     clattn_tensor *ts[] = {&c.q, &c.kc, &c.vc, &c.lens, &c.out, &c.copy};
     for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
@@ -1496,7 +1531,8 @@ static const bench_section sections[] = {
      "d 64, vs none",
      bench_bias},
     {"decode", "KV-cache decoding, one new row, 32 query heads over 8 K/V heads, d 128, B 1 and 8, "
-               "K 4096 and 32768 (full caches): GB/s of the cache read once vs a device copy",
+               "K 4096 and 32768 (full caches): GB/s of the cache read once vs a device copy, and "
+               "over float16 and bfloat16 caches (GB/s of the float32 bytes: the speedup)",
      bench_decode},
     {"varlen", "packed variable-length batch, 8 sequences of 64-2048 tokens, 16 heads, d 64, "
      "causal: varlen vs the padded fused op", bench_varlen},
