@@ -240,7 +240,8 @@ CLATTN_API clattn_status clattn_transpose_output(clattn_context *ctx, const clat
                                                  int num_heads, const clattn_tensor *out);
 /* y = x * keep / (1 - p) with keep drawn from Philox4x32-10 keyed by (seed, offset, element index);
  * p = 0 or training = 0 copies (an exact no-op in place); p = 1 writes zeros. y may be x itself
- * (the same buf and offset: in place). */
+ * (the same buf, offset and dtype: in place). x and y: float32, float16 or bfloat16 in any
+ * combination (a 16-bit y is the float32 product rounded once; no-ops convert). */
 CLATTN_API clattn_status clattn_dropout(clattn_context *ctx, const clattn_tensor *x,
                                         const clattn_dropout_params *p, const clattn_tensor *y);
 /* scores[b, i, j] = sum_h w_v[h] tanh(qp[b, i, h] + kp[b, j, h]) for projected queries qp (B, Q, h)

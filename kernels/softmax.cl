@@ -12,8 +12,9 @@
  * over a row that stays in L1) and masked_softmax_wg (GPU shape: one work-group of WG items per row,
  * strided coalesced loads and tree reductions in local memory).
  * A float32 y holds each row's exponentials between the sum and the scaling pass; a 16-bit y
- * could not hold them unrounded, so there the last pass computes them again from x (KEEP_E and
- * E_AGAIN): one rounding per output, and the same bytes read as a 16-bit copy. */
+ * could not hold them unrounded, so the row kernel keeps them in a private buffer of EB floats
+ * for rows of up to EB keys, and past that (and in the group kernel) the last pass computes them
+ * again from x (KEEP_E and E_AGAIN): one rounding per output either way. */
 #include "common.cl"
 #include "dtype.cl"
 
@@ -33,6 +34,9 @@
 #endif
 #ifndef WG
 #define WG 128
+#endif
+#ifndef EB
+#define EB 2048 /* the row kernel's private exponentials for a 16-bit y (8 KiB) */
 #endif
 /* The row kernel has float8 and float16 paths; the tree reductions halve the group. tuning.c
  * refuses other values when it parses them. */
@@ -72,23 +76,32 @@
 #define vloadV vload8
 #endif
 
-/* KEEP_E stores exponential e for the scaling pass where y can hold it; E_AGAIN(p, expr) is then
- * that exponential again: read back, or (16-bit y) expr computed anew. */
+/* KEEP_E stores exponential e of key k for the scaling pass: in y's row yr when y is float32,
+ * else in the private buffer eb when the row has one (NULL: none). E_AGAIN(k, expr) is then that
+ * exponential again: read back, or expr computed anew. */
 #if YT == 0
-#define KEEP_EV(e, p) STYV(e, p)
-#define KEEP_E(e, p) STY(e, p)
-#define E_AGAINV(p, expr) LDYV(p)
-#define E_AGAIN(p, expr) (*(p))
-#if VW == 16
-#define LDYV(p) vload16(0, p)
+#define KEEP_EV(e, k) vstoreV_f(e, yr + (k))
+#define KEEP_E(e, k) (yr[k] = (e))
+#define E_AGAINV(k, expr) vloadV(0, yr + (k))
+#define E_AGAIN(k, expr) (yr[k])
 #else
-#define LDYV(p) vload8(0, p)
+#define KEEP_EV(e, k)                                                                            \
+    do {                                                                                         \
+        if (eb)                                                                                  \
+            vstoreV_f(e, eb + (k));                                                              \
+    } while (0)
+#define KEEP_E(e, k)                                                                             \
+    do {                                                                                         \
+        if (eb)                                                                                  \
+            eb[k] = (e);                                                                         \
+    } while (0)
+#define E_AGAINV(k, expr) (eb ? vloadV(0, eb + (k)) : (expr))
+#define E_AGAIN(k, expr) (eb ? eb[k] : (expr))
 #endif
+#if VW == 16
+#define vstoreV_f(e, p) vstore16(e, 0, p)
 #else
-#define KEEP_EV(e, p)
-#define KEEP_E(e, p)
-#define E_AGAINV(p, expr) (expr)
-#define E_AGAIN(p, expr) (expr)
+#define vstoreV_f(e, p) vstore8(e, 0, p)
 #endif
 
 /* exp(x) for x <= 0 (a score minus its row's maximum; -inf gives 0, NaN stays NaN): common.cl's
@@ -178,8 +191,8 @@ static inline float hsum(floatV v)
  * and every key past them holds the same fill value, so its exponential is computed once, the
  * blocked scores are never read, and the blocked outputs are one constant. Same result as
  * masking every element first. */
-static inline float softmax_prefix(__global const XTYPE *xr, __global YTYPE *yr, int K, int limit,
-                                   float fill)
+static inline float softmax_prefix(__global const XTYPE *xr, __global YTYPE *yr, float *eb, int K,
+                                   int limit, float fill)
 {
     int lv = limit - limit % VW, k;
     floatV mv = (floatV)(-INFINITY);
@@ -196,21 +209,21 @@ static inline float softmax_prefix(__global const XTYPE *xr, __global YTYPE *yr,
     for (k = 0; k < lv; k += VW) {
         floatV e = expnegV(LDXV(xr + k) - (floatV)(m));
         sv += e;
-        KEEP_EV(e, yr + k);
+        KEEP_EV(e, k);
     }
     for (; k < limit; k++) {
         float e = clattn_exp_neg(LDX(xr + k) - m);
         s += e;
-        KEEP_E(e, yr + k);
+        KEEP_E(e, k);
     }
     float e_fill = limit < K ? clattn_exp_neg(fill - m) : 0.0f;
     s += hsum(sv) + (float)(K - limit) * e_fill;
 
     float inv = 1.0f / s;
     for (k = 0; k < lv; k += VW)
-        STYV(E_AGAINV(yr + k, expnegV(LDXV(xr + k) - (floatV)(m))) * (floatV)(inv), yr + k);
+        STYV(E_AGAINV(k, expnegV(LDXV(xr + k) - (floatV)(m))) * (floatV)(inv), yr + k);
     for (; k < limit; k++)
-        STY(E_AGAIN(yr + k, clattn_exp_neg(LDX(xr + k) - m)) * inv, yr + k);
+        STY(E_AGAIN(k, clattn_exp_neg(LDX(xr + k) - m)) * inv, yr + k);
     float y_fill = e_fill * inv;
     for (; k < K && k % VW; k++)
         STY(y_fill, yr + k);
@@ -234,8 +247,13 @@ __kernel void masked_softmax_rows(__global const XTYPE *x, int x_off, __global Y
     addend ad = row_addend(bias, bias_off, bs, slopes, slopes_off, ss, d0, d1, q, Q, K);
     __global const XTYPE *xr = x + x_off + (size_t)r * K;
     __global YTYPE *yr = y + y_off + (size_t)r * K;
+#if YT == 0
+    float *eb = 0; /* y itself holds them */
+#else
+    float ebuf[EB], *eb = K <= EB ? ebuf : 0;
+#endif
     if (!mrow && !ad.brow && !ad.alibi && lo == 0) {
-        float l = softmax_prefix(xr, yr, K, limit, fill);
+        float l = softmax_prefix(xr, yr, eb, K, limit, fill);
         if (lse)
             lse[lse_off + r] = l;
         return;
@@ -256,13 +274,13 @@ __kernel void masked_softmax_rows(__global const XTYPE *x, int x_off, __global Y
     for (k = 0; k < kv; k += VW) {
         floatV e = expnegV(masked_vec(xr, k, lo, limit, mrow, ms.w, fill, ad) - (floatV)(m));
         sv += e;
-        KEEP_EV(e, yr + k);
+        KEEP_EV(e, k);
     }
     for (; k < K; k++) {
         float v = clattn_masked(biased(xr, k, ad), k, lo, limit, mrow, ms.w, fill);
         float e = clattn_exp_neg(v - m);
         s += e;
-        KEEP_E(e, yr + k);
+        KEEP_E(e, k);
     }
     s += hsum(sv);
     if (lse)
@@ -270,13 +288,13 @@ __kernel void masked_softmax_rows(__global const XTYPE *x, int x_off, __global Y
 
     float inv = 1.0f / s;
     for (k = 0; k < kv; k += VW) {
-        floatV e = E_AGAINV(yr + k, expnegV(masked_vec(xr, k, lo, limit, mrow, ms.w, fill, ad) -
-                                            (floatV)(m)));
+        floatV e = E_AGAINV(k, expnegV(masked_vec(xr, k, lo, limit, mrow, ms.w, fill, ad) -
+                                       (floatV)(m)));
         STYV(e * (floatV)(inv), yr + k);
     }
     for (; k < K; k++) {
-        float e = E_AGAIN(yr + k, clattn_exp_neg(clattn_masked(biased(xr, k, ad), k, lo, limit,
-                                                               mrow, ms.w, fill) - m));
+        float e = E_AGAIN(k, clattn_exp_neg(clattn_masked(biased(xr, k, ad), k, lo, limit, mrow,
+                                                          ms.w, fill) - m));
         STY(e * inv, yr + k);
     }
 }
@@ -294,6 +312,9 @@ void masked_softmax_wg(__global const XTYPE *x, int x_off, __global YTYPE *y, in
     addend ad = row_addend(bias, bias_off, bs, slopes, slopes_off, ss, d0, d1, q, Q, K);
     __global const XTYPE *xr = x + x_off + (size_t)r * K;
     __global YTYPE *yr = y + y_off + (size_t)r * K;
+#if YT != 0
+    float *eb = 0; /* a 16-bit y: the scaling pass computes the exponentials again */
+#endif
 
     float m = -INFINITY;
     for (int k = t; k < K; k += WG)
@@ -312,7 +333,7 @@ void masked_softmax_wg(__global const XTYPE *x, int x_off, __global YTYPE *y, in
     for (int k = t; k < K; k += WG) {
         float e = exp(clattn_masked(biased(xr, k, ad), k, lo, limit, mrow, ms.w, fill) - m);
         s += e;
-        KEEP_E(e, yr + k);
+        KEEP_E(e, k);
     }
     red[t] = s;
     barrier(CLK_LOCAL_MEM_FENCE);
@@ -325,8 +346,8 @@ void masked_softmax_wg(__global const XTYPE *x, int x_off, __global YTYPE *y, in
         lse[lse_off + r] = m + log(red[0]);
     float inv = 1.0f / red[0];
     for (int k = t; k < K; k += WG) {
-        float e = E_AGAIN(yr + k, exp(clattn_masked(biased(xr, k, ad), k, lo, limit, mrow, ms.w,
-                                                    fill) - m));
+        float e = E_AGAIN(k, exp(clattn_masked(biased(xr, k, ad), k, lo, limit, mrow, ms.w, fill) -
+                                 m));
         STY(e * inv, yr + k);
     }
 }

@@ -12,6 +12,11 @@ int clattn__dropout_active(const clattn_dropout_params *p);
 clattn_status clattn__enqueue_dropout(clattn_context *ctx, cl_mem x, size_t x_off, cl_mem y,
                                       size_t y_off, size_t n, unsigned long long first,
                                       const clattn_dropout_params *p);
+/* The same for x and y of the given dtypes (dtype.cl's codes; float32 arithmetic). */
+clattn_status clattn__enqueue_dropout_typed(clattn_context *ctx, cl_mem x, clattn_dtype xt,
+                                            size_t x_off, cl_mem y, clattn_dtype yt, size_t y_off,
+                                            size_t n, unsigned long long first,
+                                            const clattn_dropout_params *p);
 
 /* Philox threshold: an element is kept when 24 random bits are >= round(p * 2^24). */
 unsigned clattn__dropout_threshold(float p);

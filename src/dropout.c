@@ -28,8 +28,18 @@ clattn_status clattn__enqueue_dropout(clattn_context *ctx, cl_mem x, size_t x_of
                                       size_t y_off, size_t n, unsigned long long first,
                                       const clattn_dropout_params *p)
 {
+    return clattn__enqueue_dropout_typed(ctx, x, CLATTN_FLOAT32, x_off, y, CLATTN_FLOAT32, y_off, n,
+                                         first, p);
+}
+
+clattn_status clattn__enqueue_dropout_typed(clattn_context *ctx, cl_mem x, clattn_dtype xt,
+                                            size_t x_off, cl_mem y, clattn_dtype yt, size_t y_off,
+                                            size_t n, unsigned long long first,
+                                            const clattn_dropout_params *p)
+{
     clattn_status st = CLATTN_SUCCESS;
     cl_kernel k;
+    char defs[32] = "";
     int xo = (int)x_off, yo = (int)y_off, nn = (int)n;
     cl_ulong f = first;
     cl_uint2 seed = {{(cl_uint)p->seed, (cl_uint)(p->seed >> 32)}};
@@ -37,7 +47,9 @@ clattn_status clattn__enqueue_dropout(clattn_context *ctx, cl_mem x, size_t x_of
     /* keep when 24 random bits >= threshold: P(keep) = 1 - threshold / 2^24 = 1 - p */
     cl_uint threshold = clattn__dropout_threshold(p->p);
     float scale = p->p < 1.0f ? 1.0f / (1.0f - p->p) : 0.0f;
-    CHECK_ST(clattn__get_kernel(ctx, "dropout.cl", "", "dropout", &k));
+    clattn__dtype_define(defs, sizeof defs, "XT", xt);
+    clattn__dtype_define(defs, sizeof defs, "YT", yt);
+    CHECK_ST(clattn__get_kernel(ctx, "dropout.cl", defs, "dropout", &k));
     CHECK_ST(clattn__set_args(ctx, k, "dropout", ARG(x), ARG(xo), ARG(y), ARG(yo), ARG(nn), ARG(f),
                               ARG(seed), ARG(off), ARG(threshold), ARG(scale), ARGS_END));
     size_t gws = n;
@@ -53,20 +65,21 @@ clattn_status clattn_dropout(clattn_context *ctx, const clattn_tensor *x,
     char s1[96], s2[96];
     CHECK_DRY_RUN(ctx, clattn_dropout(ctx, x, p, y));
     CHECK(NULL, ctx, CLATTN_ERROR_INVALID_ARGUMENT, "ctx: NULL context");
-    CHECK_ST(clattn__check_tensor(ctx, x, "x", CLATTN_FLOAT32, 1, 4));
-    CHECK_ST(clattn__check_tensor(ctx, y, "y", CLATTN_FLOAT32, 1, 4));
+    CHECK_ST(clattn__check_float_tensor(ctx, x, "x", 1, 4));
+    CHECK_ST(clattn__check_float_tensor(ctx, y, "y", 1, 4));
     CHECK(ctx, p, CLATTN_ERROR_INVALID_ARGUMENT, "p: NULL dropout parameters");
     CHECK_ST(clattn__check_dropout(ctx, p, "p"));
     CHECK(ctx, x->ndim == y->ndim && memcmp(x->dims, y->dims, sizeof(size_t) * x->ndim) == 0,
           CLATTN_ERROR_SHAPE_MISMATCH, "y: shape %s, expected x's shape %s",
           clattn__shape_str(y, s1, sizeof s1), clattn__shape_str(x, s2, sizeof s2));
     CHECK(ctx, clattn__same_view(x, y) || !clattn__overlaps(x, y), CLATTN_ERROR_INVALID_ARGUMENT,
-          "y: overlaps x without being the same view (in place: the same buf and offset)");
+          "y: overlaps x without being the same view (in place: the same buf, offset and dtype)");
     size_t n = clattn_tensor_numel(x);
     if (clattn__dropout_active(p))
-        CHECK_ST(clattn__enqueue_dropout(ctx, x->buf, x->offset, y->buf, y->offset, n, 0, p));
-    else if (!clattn__same_view(x, y))
-        CHECK_ST(clattn__copy(ctx, x->buf, x->offset * 4, y->buf, y->offset * 4, n * 4, "dropout"));
+        CHECK_ST(clattn__enqueue_dropout_typed(ctx, x->buf, x->dtype, x->offset, y->buf, y->dtype,
+                                               y->offset, n, 0, p));
+    else if (!clattn__same_view(x, y)) /* the identity: a copy, or a conversion */
+        CHECK_ST(clattn__enqueue_convert(ctx, x, y));
 fail:
     return st;
 }

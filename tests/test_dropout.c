@@ -132,12 +132,60 @@ static void test_bad_p(void **s)
     clattn_tensor_release(&ty);
 }
 
+/* x and y of 16-bit dtypes in every combination, in place when they match: each output is the
+ * float32 product x * (keep ? 1 / (1 - p) : 0) rounded once to y's dtype, bit for bit as the host
+ * rounds it (NaN: any NaN), from the stored x; p = 0 converts. Infinities and NaN among x. */
+static void test_16bit(void **s)
+{
+    (void)s;
+    size_t n = h_small() ? 2003 : 40009;
+    float *x = malloc(n * 4);
+    for (int xi = 0; xi < 3; xi++)
+        for (int yi = 0; yi < 3; yi++) {
+            clattn_dtype xt = h_float_dtypes[xi], yt = h_float_dtypes[yi];
+            if (xi == 0 && yi == 0)
+                continue;
+            for (int c = 0; c < 3; c++) {
+                float p = c == 2 ? 0.0f : 0.3f;
+                int inplace = c == 1 && xt == yt;
+                h_fill(x, n, -3, 3);
+                x[1] = INFINITY;
+                x[2] = -INFINITY;
+                x[3] = NAN;
+                x[4] = 6e4f; /* float16's largest finite values: * 1 / 0.7 overflows to inf */
+                h_round(x, n, xt);
+                clattn_tensor tx = h_tensor_as(xt, 1, H_DIMS(n), x);
+                clattn_tensor ty = inplace ? tx : h_tensor(yt, 1, H_DIMS(n), NULL);
+                if (!inplace)
+                    h_poison(&ty);
+                clattn_dropout_params dp = {p, 1, 99, 5};
+                if (clattn_dropout(h_ctx, &tx, &dp, &ty) != CLATTN_SUCCESS)
+                    fail_msg("dropout: %s", clattn_last_error(h_ctx));
+                float *y = h_read_float(&ty), scale = p > 0 ? 1.0f / (1.0f - p) : 1.0f;
+                for (size_t i = 0; i < n; i++) {
+                    float want = x[i] * (p == 0 || ref_dropout_keep(i, 99, 5, p) ? scale : 0.0f);
+                    h_round(&want, 1, yt);
+                    if (!(y[i] == want || (isnan(y[i]) && isnan(want))))
+                        fail_msg("dropout %s -> %s p=%g%s element %zu of %.9g: %.9g, expected "
+                                 "%.9g", h_dtype_name(xt), h_dtype_name(yt), p,
+                                 inplace ? " in place" : "", i, x[i], y[i], want);
+                }
+                free(y);
+                if (!inplace)
+                    clattn_tensor_release(&ty);
+                clattn_tensor_release(&tx);
+            }
+        }
+    free(x);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_matches_reference_and_statistics),
         cmocka_unit_test(test_seeds_and_offsets), cmocka_unit_test(test_no_ops_and_p_one),
         cmocka_unit_test(test_non_finite), cmocka_unit_test(test_bad_p),
+        cmocka_unit_test(test_16bit),
     };
     return cmocka_run_group_tests(tests, h_setup, h_teardown);
 }

@@ -274,7 +274,8 @@ static void test_loop_budget(void **s)
 }
 
 /* float16 and bfloat16 scores and outputs in every combination, both row kernels' paths (the
- * prefix path: lengths, causal; the general one: mask tensors, windows), -inf scores and rows of
+ * prefix path: lengths, causal; the general one: mask tensors, windows), rows that fit the
+ * private buffer of exponentials and rows that do not, -inf scores and rows of
  * nothing else (NaN, as in float32), large logits, in place when the dtypes match. The
  * reference takes the scores as stored. */
 static void test_16bit(void **s)
@@ -305,7 +306,14 @@ static void test_16bit(void **s)
                    .yt = yt},
                   {.rank = 2, .dims = {3, 12}, .scale = 3, .ninf = 1, .xt = xt, .yt = yt},
                   {.rank = 3, .dims = {3, 4, 37}, .scale = 2, .lens = LENS_1D,
-                   .inplace = xt == yt, .xt = xt, .yt = yt});
+                   .inplace = xt == yt, .xt = xt, .yt = yt},
+                  /* rows past the row kernel's private buffer (EB = 2048): recomputed */
+                  {.rank = 3, .dims = {1, 3, 2049}, .scale = 3, .lens = LENS_1D, .xt = xt,
+                   .yt = yt},
+                  {.rank = 3, .dims = {1, 2, 2049}, .mask_rank = 1, .mask_dims = {2049},
+                   .scale = 3, .xt = xt, .yt = yt},
+                  {.rank = 2, .dims = {2, 2048}, .mask_rank = 1, .mask_dims = {2048},
+                   .scale = 3, .xt = xt, .yt = yt});
             if (!h_small())
                 CASES({.rank = 3, .dims = {2, 3, 1000}, .scale = 3, .xt = xt, .yt = yt});
         }

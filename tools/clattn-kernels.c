@@ -36,6 +36,8 @@ static const struct {
     {"convert.cl", "-D YT=3 "},
     {"convert.cl", "-D XT=2 -D YT=3 "},
     {"convert.cl", "-D XT=3 -D YT=2 "},
+    {"dropout.cl", "-D XT=2 -D YT=3 "},
+    {"dropout.cl", "-D XT=3 -D YT=2 "},
     {"decode.cl", "-D QT=2 -D CT=3 -D NT=2 "},
     {"decode.cl", "-D QT=3 -D CT=2 -D NT=3 "},
     {"decode.cl", "-D ALIGN16=1 -D CT=2 "},
