@@ -367,7 +367,9 @@ typedef struct {
 } clattn_additive_weights;
 
 /* queries (B, Q, q_size), keys (B, K, k_size), values (B, K, v) -> out (B, Q, v); weights (B, Q, K)
- * or NULL. Masks: valid_lens (B) or (B, Q), a mask tensor, causal. */
+ * or NULL. Masks: valid_lens (B) or (B, Q), a mask tensor, causal. queries, keys, values, W_q,
+ * W_k and out: float32, float16 or bfloat16 (float32 projections and scores); w_v and weights
+ * float32. */
 CLATTN_API clattn_status clattn_additive_attention(clattn_context *ctx,
                                                    const clattn_tensor *queries,
                                                    const clattn_tensor *keys,
@@ -393,7 +395,8 @@ typedef struct {
 /* queries (B, Q, q_size), keys (B, K, k_size), values (B, K, v_size) -> out (B, Q, out_size);
  * weights (B, H, Q, K) per head or NULL. valid_lens (B) or (B, Q) repeat over the heads; a mask
  * tensor broadcasts to (B, H, Q, K). One chain of enqueued kernels, intermediates in the context's
- * scratch arena, no host sync. */
+ * scratch arena, no host sync. queries, keys, values, every W and bias, and out: float32, float16
+ * or bfloat16 (the projections and heads are float32); weights float32. */
 CLATTN_API clattn_status clattn_multihead_attention(clattn_context *ctx,
                                                     const clattn_tensor *queries,
                                                     const clattn_tensor *keys,

@@ -73,7 +73,7 @@ static clattn_status check_proj(clattn_context *ctx, const clattn_tensor *W, con
 {
     clattn_status st = CLATTN_SUCCESS;
     char s1[96], s2[96];
-    CHECK_ST(clattn__check_tensor(ctx, W, name, CLATTN_FLOAT32, 2, 2));
+    CHECK_ST(clattn__check_float_tensor(ctx, W, name, 2, 2));
     CHECK(ctx, W->dims[1] == x->dims[x->ndim - 1] && (*h == 0 || W->dims[0] == *h),
           CLATTN_ERROR_SHAPE_MISMATCH, "%s: shape %s does not fit %s %s%s", name,
           clattn__shape_str(W, s1, sizeof s1), xname, clattn__shape_str(x, s2, sizeof s2),

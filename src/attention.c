@@ -9,10 +9,10 @@ clattn_status clattn__check_module_inputs(clattn_context *ctx, const clattn_tens
                                          const clattn_tensor *out)
 {
     clattn_status st = CLATTN_SUCCESS;
-    CHECK_ST(clattn__check_tensor(ctx, q, "queries", CLATTN_FLOAT32, 3, 3));
-    CHECK_ST(clattn__check_tensor(ctx, k, "keys", CLATTN_FLOAT32, 3, 3));
-    CHECK_ST(clattn__check_tensor(ctx, v, "values", CLATTN_FLOAT32, 3, 3));
-    CHECK_ST(clattn__check_tensor(ctx, out, "out", CLATTN_FLOAT32, 3, 3));
+    CHECK_ST(clattn__check_float_tensor(ctx, q, "queries", 3, 3));
+    CHECK_ST(clattn__check_float_tensor(ctx, k, "keys", 3, 3));
+    CHECK_ST(clattn__check_float_tensor(ctx, v, "values", 3, 3));
+    CHECK_ST(clattn__check_float_tensor(ctx, out, "out", 3, 3));
     size_t B = q->dims[0], nk = k->dims[1];
     CHECK(ctx, k->dims[0] == B && v->dims[0] == B, CLATTN_ERROR_SHAPE_MISMATCH,
           "keys/values: batch %zu/%zu differs from the queries' %zu", k->dims[0], v->dims[0], B);

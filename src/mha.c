@@ -12,7 +12,7 @@ static clattn_status check_linear(clattn_context *ctx, const clattn_tensor *W, c
 {
     clattn_status st = CLATTN_SUCCESS;
     char s1[96];
-    CHECK_ST(clattn__check_tensor(ctx, W, wname, CLATTN_FLOAT32, 2, 2));
+    CHECK_ST(clattn__check_float_tensor(ctx, W, wname, 2, 2));
     char want[32] = "out";
     if (*rows)
         snprintf(want, sizeof want, "%zu", *rows);
@@ -21,7 +21,7 @@ static clattn_status check_linear(clattn_context *ctx, const clattn_tensor *W, c
           want, in, xname);
     *rows = W->dims[0];
     if (b) {
-        CHECK_ST(clattn__check_tensor(ctx, b, bname, CLATTN_FLOAT32, 1, 1));
+        CHECK_ST(clattn__check_float_tensor(ctx, b, bname, 1, 1));
         CHECK(ctx, b->dims[0] == *rows, CLATTN_ERROR_SHAPE_MISMATCH,
               "%s: %zu elements, expected %zu", bname, b->dims[0], *rows);
     }

@@ -18,6 +18,7 @@ typedef struct {
     float p;
     unsigned long long seed;
     int no_weights;
+    clattn_dtype xt, wt, ot; /* the inputs', W_q's and W_k's (w_v is float32), and out's dtypes */
 } add_case;
 
 static void ref_scores(const add_case *c, const double *qp, const double *kp, const float *wv,
@@ -50,15 +51,20 @@ static void run(const add_case *c)
     float *Wq = malloc(h * c->qs * 4), *Wk = malloc(h * c->ks * 4), *wv = malloc(h * 4);
     h_fill(q, qn, -1, 1); h_fill(k, kn, -1, 1); h_fill(v, vn, -1, 1);
     h_fill(Wq, h * c->qs, -1, 1); h_fill(Wk, h * c->ks, -1, 1); h_fill(wv, h, -1, 1);
+    h_round(q, qn, c->xt); /* the reference sees the stored values */
+    h_round(k, kn, c->xt);
+    h_round(v, vn, c->xt);
+    h_round(Wq, h * c->qs, c->wt);
+    h_round(Wk, h * c->ks, c->wt);
     h_mask hm;
     h_mask_make(&hm, &c->mask, 3, H_DIMS(B, nq, nk));
-    clattn_tensor tq = h_tensor(CLATTN_FLOAT32, 3, H_DIMS(B, nq, c->qs), q);
-    clattn_tensor tk = h_tensor(CLATTN_FLOAT32, 3, H_DIMS(B, nk, c->ks), k);
-    clattn_tensor tv = h_tensor(CLATTN_FLOAT32, 3, H_DIMS(B, nk, c->vs), v);
-    clattn_tensor tWq = h_tensor(CLATTN_FLOAT32, 2, H_DIMS(h, c->qs), Wq);
-    clattn_tensor tWk = h_tensor(CLATTN_FLOAT32, 2, H_DIMS(h, c->ks), Wk);
+    clattn_tensor tq = h_tensor_as(c->xt, 3, H_DIMS(B, nq, c->qs), q);
+    clattn_tensor tk = h_tensor_as(c->xt, 3, H_DIMS(B, nk, c->ks), k);
+    clattn_tensor tv = h_tensor_as(c->xt, 3, H_DIMS(B, nk, c->vs), v);
+    clattn_tensor tWq = h_tensor_as(c->wt, 2, H_DIMS(h, c->qs), Wq);
+    clattn_tensor tWk = h_tensor_as(c->wt, 2, H_DIMS(h, c->ks), Wk);
     clattn_tensor twv = h_tensor(CLATTN_FLOAT32, 2, H_DIMS(1, h), wv);
-    clattn_tensor to = h_tensor(CLATTN_FLOAT32, 3, H_DIMS(B, nq, c->vs), NULL);
+    clattn_tensor to = h_tensor(c->ot, 3, H_DIMS(B, nq, c->vs), NULL);
     clattn_tensor tw = h_tensor(CLATTN_FLOAT32, 3, H_DIMS(B, nq, nk), NULL);
     clattn_tensor tl = h_tensor(CLATTN_FLOAT32, 2, H_DIMS(B, nq), NULL);
     h_poison(&to);
@@ -98,13 +104,17 @@ static void run(const add_case *c)
     for (size_t b = 0; b < B; b++)
         ref_gemm((int)nq, c->vs, (int)nk, s + b * nq * nk, 0, vd + b * nk * c->vs, 0,
                  ro + b * nq * c->vs);
-    char what[160];
-    snprintf(what, sizeof what, "additive B=%d Q=%d K=%d qs=%d ks=%d vs=%d h=%d lens %d p=%g", c->B,
-             c->nq, c->nk, c->qs, c->ks, c->vs, c->h, c->mask.lens, c->p);
-    float *go = h_read(&to);
-    /* sum_k w_k |v_k| <= max|v| * sum_k w_k (<= 1/(1-p) after dropout) */
-    double *osc = scale_of(ro, B * nq * c->vs, vmax * (c->p > 0 && c->p < 1 ? 1 / (1 - c->p) : 1));
-    h_assert_scaled(go, ro, osc, B * nq * c->vs, OUT_TOL, what);
+    char what[220];
+    snprintf(what, sizeof what, "additive B=%d Q=%d K=%d qs=%d ks=%d vs=%d h=%d lens %d p=%g, "
+             "inputs %s W %s out %s", c->B, c->nq, c->nk, c->qs, c->ks, c->vs, c->h, c->mask.lens,
+             c->p, h_dtype_name(c->xt), h_dtype_name(c->wt), h_dtype_name(c->ot));
+    float *go = h_read_float(&to);
+    /* sum_k w_k |v_k| <= max|v| * sum_k w_k (<= 1/(1-p) after dropout); a 16-bit out adds its
+     * rounding, u of |out| <= that scale, and float16's subnormal step */
+    double tol = OUT_TOL + (c->ot ? h_unit_roundoff(c->ot) : 0) * (1 + OUT_TOL);
+    double *osc = scale_of(ro, B * nq * c->vs, vmax * (c->p > 0 && c->p < 1 ? 1 / (1 - c->p) : 1) +
+                                                   h_subnormal_step(c->ot) / tol);
+    h_assert_scaled(go, ro, osc, B * nq * c->vs, tol, what);
     if (!c->no_weights) {
         float *gw = h_read(&tw);
         h_assert_close(gw, rw, sn, W_RTOL, W_ATOL, what);
@@ -158,6 +168,25 @@ static void test_dropout(void **s)
 
 /* d2l 11.3.2: keys of ones make every valid key's score equal: uniform weights over the valid
  * prefix, output = mean of the valid values of arange(40) reshaped (1, 10, 4). */
+/* 16-bit queries, keys, values, W_q and W_k, and out, in combinations that put each dtype in
+ * each place, with lengths and dropout, with and without the weights. */
+static void test_16bit(void **s)
+{
+    (void)s;
+    static const clattn_dtype combos[3][3] = {
+        {CLATTN_FLOAT16, CLATTN_FLOAT16, CLATTN_FLOAT32},
+        {CLATTN_BFLOAT16, CLATTN_FLOAT32, CLATTN_FLOAT16},
+        {CLATTN_FLOAT32, CLATTN_BFLOAT16, CLATTN_BFLOAT16}};
+    for (int i = 0; i < 3; i++) {
+        clattn_dtype xt = combos[i][0], wt = combos[i][1], ot = combos[i][2];
+        if (h_small() && i == 0) /* Oclgrind: two combinations (every dtype once) */
+            continue;
+        CASES({2, 5, 7, 6, 9, 11, 8, {H_LENS_1D}, .xt = xt, .wt = wt, .ot = ot},
+              {2, 5, 7, 6, 9, 11, 8, {H_LENS_2D}, 0.3f, 5, .xt = xt, .wt = wt, .ot = ot},
+              {1, 3, 13, 4, 4, 17, 16, .no_weights = 1, .xt = xt, .wt = wt, .ot = ot});
+    }
+}
+
 static void test_toy_example(void **s)
 {
     (void)s;
@@ -229,7 +258,8 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_shapes), cmocka_unit_test(test_masks), cmocka_unit_test(test_dropout),
-        cmocka_unit_test(test_toy_example), cmocka_unit_test(test_scores_op),
+        cmocka_unit_test(test_toy_example), cmocka_unit_test(test_16bit),
+        cmocka_unit_test(test_scores_op),
     };
     return cmocka_run_group_tests(tests, h_setup, h_teardown);
 }

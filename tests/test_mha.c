@@ -20,6 +20,7 @@ typedef struct {
     int no_weights;
     double xscale; /* inputs uniform in [-xscale, xscale]; 0 means 1 */
     int hkv;       /* num_kv_heads (W_k, W_v have hkv * hid / H rows); 0 means H */
+    clattn_dtype xt, wt, ot; /* the inputs', the weights' and biases', and out's dtypes */
 } mha_case;
 
 typedef struct {
@@ -27,15 +28,16 @@ typedef struct {
     clattn_tensor t;
 } param;
 
-/* rows == 0: a 1-D vector (a bias) of cols elements */
-static param make_param(size_t rows, size_t cols, double bound)
+/* rows == 0: a 1-D vector (a bias) of cols elements; stored as dt, data holds what is stored */
+static param make_param(size_t rows, size_t cols, double bound, clattn_dtype dt)
 {
     param p;
     size_t n = (rows ? rows : 1) * cols;
     p.data = malloc(n * 4);
     h_fill(p.data, n, -bound, bound);
-    p.t = rows == 0 ? h_tensor(CLATTN_FLOAT32, 1, H_DIMS(cols), p.data)
-                    : h_tensor(CLATTN_FLOAT32, 2, H_DIMS(rows, cols), p.data);
+    h_round(p.data, n, dt);
+    p.t = rows == 0 ? h_tensor_as(dt, 1, H_DIMS(cols), p.data)
+                    : h_tensor_as(dt, 2, H_DIMS(rows, cols), p.data);
     return p;
 }
 
@@ -76,18 +78,19 @@ static void run_mode(const mha_case *c)
     int Hkv = c->hkv ? c->hkv : H, kvhid = Hkv * dh;
     double bq = 1 / sqrt(c->qs), bk = 1 / sqrt(c->ks), bv = 1 / sqrt(c->vs), bo = 1 / sqrt(hid);
     double xs = c->xscale > 0 ? c->xscale : 1;
-    param q = make_param((size_t)B * nq, c->qs, xs), k = make_param((size_t)B * nk, c->ks, xs);
-    param v = make_param((size_t)B * nk, c->vs, xs);
-    param Wq = make_param(hid, c->qs, bq), Wk = make_param(kvhid, c->ks, bk);
-    param Wv = make_param(kvhid, c->vs, bv), Wo = make_param(c->os, hid, bo);
-    param b_q = make_param(0, hid, bq), b_k = make_param(0, kvhid, bk);
-    param b_v = make_param(0, kvhid, bv);
-    param b_o = make_param(0, c->os, bo);
+    clattn_dtype xt = c->xt, wt = c->wt;
+    param q = make_param((size_t)B * nq, c->qs, xs, xt);
+    param k = make_param((size_t)B * nk, c->ks, xs, xt), v = make_param((size_t)B * nk, c->vs, xs, xt);
+    param Wq = make_param(hid, c->qs, bq, wt), Wk = make_param(kvhid, c->ks, bk, wt);
+    param Wv = make_param(kvhid, c->vs, bv, wt), Wo = make_param(c->os, hid, bo, wt);
+    param b_q = make_param(0, hid, bq, wt), b_k = make_param(0, kvhid, bk, wt);
+    param b_v = make_param(0, kvhid, bv, wt);
+    param b_o = make_param(0, c->os, bo, wt);
     /* views with the batch dim for the inputs */
-    clattn_tensor tq = clattn_view(q.t.buf, CLATTN_FLOAT32, 0, 3, H_DIMS(B, nq, c->qs));
-    clattn_tensor tk = clattn_view(k.t.buf, CLATTN_FLOAT32, 0, 3, H_DIMS(B, nk, c->ks));
-    clattn_tensor tv = clattn_view(v.t.buf, CLATTN_FLOAT32, 0, 3, H_DIMS(B, nk, c->vs));
-    clattn_tensor to = h_tensor(CLATTN_FLOAT32, 3, H_DIMS(B, nq, c->os), NULL);
+    clattn_tensor tq = clattn_view(q.t.buf, xt, 0, 3, H_DIMS(B, nq, c->qs));
+    clattn_tensor tk = clattn_view(k.t.buf, xt, 0, 3, H_DIMS(B, nk, c->ks));
+    clattn_tensor tv = clattn_view(v.t.buf, xt, 0, 3, H_DIMS(B, nk, c->vs));
+    clattn_tensor to = h_tensor(c->ot, 3, H_DIMS(B, nq, c->os), NULL);
     clattn_tensor tw = h_tensor(CLATTN_FLOAT32, 4, H_DIMS(B, H, nq, nk), NULL);
     clattn_tensor tl = h_tensor(CLATTN_FLOAT32, 3, H_DIMS(B, H, nq), NULL);
     h_poison(&to);
@@ -142,12 +145,18 @@ static void run_mode(const mha_case *c)
         ro[i] += bias;
         mag[i] = fmax(fabs(ro[i]), mag[i] + fabs(bias)) + 1e-30;
     }
-    char what[200];
+    /* a 16-bit out is each float32 result rounded once: the tolerance grows by its unit
+     * roundoff (mag bounds |out|), and by float16's subnormal step */
+    double tol = OUT_TOL + (c->ot ? h_unit_roundoff(c->ot) : 0) * (1 + OUT_TOL);
+    for (size_t i = 0; i < on; i++)
+        mag[i] += h_subnormal_step(c->ot) / tol;
+    char what[240];
     snprintf(what, sizeof what, "mha B=%d Q=%d K=%d qs=%d ks=%d vs=%d hid=%d H=%d Hkv=%d os=%d "
-             "bias=%d lens %d mask %d causal %d p=%g", B, nq, nk, c->qs, c->ks, c->vs, hid, H, Hkv,
-             c->os, c->bias, c->mask.lens, c->mask.mask_rank, c->mask.causal, c->p);
-    float *go = h_read(&to);
-    h_assert_scaled(go, ro, mag, on, OUT_TOL, what);
+             "bias=%d lens %d mask %d causal %d p=%g, inputs %s weights %s out %s", B, nq, nk,
+             c->qs, c->ks, c->vs, hid, H, Hkv, c->os, c->bias, c->mask.lens, c->mask.mask_rank,
+             c->mask.causal, c->p, h_dtype_name(xt), h_dtype_name(wt), h_dtype_name(c->ot));
+    float *go = h_read_float(&to);
+    h_assert_scaled(go, ro, mag, on, tol, what);
     if (!c->no_weights) {
         float *gw = h_read(&tw);
         h_assert_close(gw, rw, wn, W_RTOL, W_ATOL, what);
@@ -265,10 +274,35 @@ static void test_grouped_query(void **s)
           {2, 70, 128, 32, 24, 40, 128, 4, 48, 1, {H_LENS_1D}, .hkv = 2, .no_weights = 1});
 }
 
+/* 16-bit inputs, weights and biases, and out, in combinations that put each dtype in each place,
+ * with masks, GQA and dropout, both attention paths (run: with and without the weights). */
+static void test_16bit(void **s)
+{
+    (void)s;
+    static const int lens[] = {3, 2};
+    static const clattn_dtype combos[4][3] = {
+        {CLATTN_FLOAT16, CLATTN_FLOAT16, CLATTN_FLOAT32},
+        {CLATTN_FLOAT32, CLATTN_BFLOAT16, CLATTN_BFLOAT16},
+        {CLATTN_BFLOAT16, CLATTN_FLOAT16, CLATTN_FLOAT16},
+        {CLATTN_FLOAT16, CLATTN_BFLOAT16, CLATTN_FLOAT32}};
+    for (int i = 0; i < 4; i++) {
+        clattn_dtype xt = combos[i][0], wt = combos[i][1], ot = combos[i][2];
+        if (h_small() && i >= 2) /* Oclgrind: two combinations (every dtype once) */
+            break;
+        CASES({2, 4, 6, 100, 100, 100, 100, 5, 100, 1, {H_LENS_1D, 0, lens}, .xt = xt, .wt = wt,
+               .ot = ot},
+              {2, 9, 9, 8, 8, 8, 32, 4, 16, 0, {H_LENS_2D, .causal = 1}, .hkv = 1, .xt = xt,
+               .wt = wt, .ot = ot},
+              {2, 6, 9, 8, 10, 12, 16, 4, 16, 1, {H_LENS_1D}, 0.3f, 17, .hkv = 2, .xt = xt,
+               .wt = wt, .ot = ot});
+    }
+}
+
 static void test_bad(void **s)
 {
     (void)s;
-    param q = make_param(2 * 3, 8, 1), W = make_param(8, 8, 1), W6 = make_param(6, 8, 1);
+    param q = make_param(2 * 3, 8, 1, CLATTN_FLOAT32), W = make_param(8, 8, 1, CLATTN_FLOAT32),
+          W6 = make_param(6, 8, 1, CLATTN_FLOAT32);
     clattn_tensor tq = clattn_view(q.t.buf, CLATTN_FLOAT32, 0, 3, H_DIMS(2, 3, 8));
     clattn_tensor tk2 = clattn_view(q.t.buf, CLATTN_FLOAT32, 0, 3, H_DIMS(2, 2, 8));
     float o0[2 * 3 * 8];
@@ -311,7 +345,7 @@ int main(void)
         cmocka_unit_test(test_d2l_example), cmocka_unit_test(test_heads_and_sizes),
         cmocka_unit_test(test_masks), cmocka_unit_test(test_extremes),
         cmocka_unit_test(test_dropout), cmocka_unit_test(test_grouped_query),
-        cmocka_unit_test(test_bad),
+        cmocka_unit_test(test_bad), cmocka_unit_test(test_16bit),
     };
     return cmocka_run_group_tests(tests, h_setup, h_teardown);
 }
