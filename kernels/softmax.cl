@@ -13,8 +13,10 @@
  * strided coalesced loads and tree reductions in local memory).
  * A float32 y holds each row's exponentials between the sum and the scaling pass; a 16-bit y
  * could not hold them unrounded, so the row kernel keeps them in a private buffer of EB floats
- * for rows of up to EB keys, and past that (and in the group kernel) the last pass computes them
- * again from x (KEEP_E and E_AGAIN): one rounding per output either way. */
+ * for rows of up to EB keys (the host launches it in groups of one item then: with PoCL's own
+ * group size the buffers of a group overflowed its stack), and past that (and in the group
+ * kernel) the last pass computes them again from x (KEEP_E and E_AGAIN): one rounding per
+ * output either way; the buffer made bfloat16 1.7-2x and float16 1.45x faster on PoCL. */
 #include "common.cl"
 #include "dtype.cl"
 

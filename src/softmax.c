@@ -84,6 +84,8 @@ clattn_status clattn__enqueue_softmax(clattn_context *ctx, const clattn_tuning *
             break;
         clattn__tune_set(&t, "WG", WG /= 2);
     }
+    if (!gpu && y->dtype != CLATTN_FLOAT32)
+        lws = 1; /* kernels/softmax.cl: the row kernel's private buffer (EB floats) per item */
     if (gpu) {
         lws = (size_t)WG;
         gws = (size_t)nrows * lws;
