@@ -287,8 +287,13 @@ static void test_16bit(void **s)
         {CLATTN_FLOAT16, CLATTN_BFLOAT16, CLATTN_FLOAT32}};
     for (int i = 0; i < 4; i++) {
         clattn_dtype xt = combos[i][0], wt = combos[i][1], ot = combos[i][2];
-        if (h_small() && i >= 2) /* Oclgrind: two combinations (every dtype once) */
-            break;
+        if (h_small()) { /* Oclgrind: one small case (mha adds no kernel; matmul's run covers
+                          * linear's 16-bit loads), the suite's slowest there */
+            if (i == 0)
+                CASES({2, 9, 9, 8, 8, 8, 32, 4, 16, 1, {H_LENS_2D, .causal = 1}, .hkv = 1,
+                       .xt = xt, .wt = wt, .ot = ot});
+            continue;
+        }
         CASES({2, 4, 6, 100, 100, 100, 100, 5, 100, 1, {H_LENS_1D, 0, lens}, .xt = xt, .wt = wt,
                .ot = ot},
               {2, 9, 9, 8, 8, 8, 32, 4, 16, 0, {H_LENS_2D, .causal = 1}, .hkv = 1, .xt = xt,
