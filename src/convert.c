@@ -92,6 +92,38 @@ fail:
     return st;
 }
 
+clattn_status clattn__cast_in(clattn_context *ctx, const clattn_tensor *const *ts, const int *load,
+                              int n, clattn_tensor *out)
+{
+    clattn_status st = CLATTN_SUCCESS;
+    size_t total = 0, off = 0;
+    cl_mem buf = NULL;
+    for (int i = 0; i < n; i++)
+        if (ts[i] && ts[i]->dtype != CLATTN_FLOAT32)
+            total += clattn_tensor_numel(ts[i]);
+    if (total)
+        CHECK_ST(clattn__scratch(ctx, CLATTN_SCRATCH_CAST, total * 4, &buf));
+    for (int i = 0; i < n; i++) {
+        if (!ts[i])
+            continue;
+        out[i] = *ts[i];
+        if (ts[i]->dtype == CLATTN_FLOAT32)
+            continue;
+        out[i] = clattn_view(buf, CLATTN_FLOAT32, off, ts[i]->ndim, ts[i]->dims);
+        off += clattn_tensor_numel(ts[i]);
+        if (load[i])
+            CHECK_ST(clattn__enqueue_convert(ctx, ts[i], &out[i]));
+    }
+fail:
+    return st;
+}
+
+clattn_status clattn__cast_out(clattn_context *ctx, const clattn_tensor *t32,
+                               const clattn_tensor *t)
+{
+    return t32->buf == t->buf ? CLATTN_SUCCESS : clattn__enqueue_convert(ctx, t32, t);
+}
+
 clattn_status clattn_convert(clattn_context *ctx, const clattn_tensor *x, const clattn_tensor *y)
 {
     clattn_status st = CLATTN_SUCCESS;

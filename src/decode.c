@@ -382,15 +382,11 @@ clattn_status clattn_decode_attention(clattn_context *ctx, const clattn_tensor *
     if (cache->k_new)
         CHECK_ST(enqueue_append(ctx, cache, &p));
     CHECK_ST(enqueue_splits(ctx, &t, Q, cache, &p, part));
-    if (out->dtype == CLATTN_FLOAT32) {
-        CHECK_ST(enqueue_merge(ctx, cache, &p, part, out, lse));
-    } else { /* merged in float32, each output rounded once */
-        cl_mem buf;
-        CHECK_ST(clattn__scratch(ctx, CLATTN_SCRATCH_CAST, clattn_tensor_numel(out) * 4, &buf));
-        clattn_tensor o32 = clattn_view(buf, CLATTN_FLOAT32, 0, 4, out->dims);
-        CHECK_ST(enqueue_merge(ctx, cache, &p, part, &o32, lse));
-        CHECK_ST(clattn__enqueue_convert(ctx, &o32, out));
-    }
+    const int no_load = 0;
+    clattn_tensor o32; /* a 16-bit out: merged in float32, each output rounded once */
+    CHECK_ST(clattn__cast_in(ctx, &out, &no_load, 1, &o32));
+    CHECK_ST(enqueue_merge(ctx, cache, &p, part, &o32, lse));
+    CHECK_ST(clattn__cast_out(ctx, &o32, out));
     if (cache->advance)
         CHECK_ST(enqueue_advance(ctx, cache, &p));
 fail:

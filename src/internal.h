@@ -195,6 +195,13 @@ clattn_status clattn__fill(clattn_context *ctx, const clattn_tensor *t, float va
  * unchecked. */
 clattn_status clattn__enqueue_convert(clattn_context *ctx, const clattn_tensor *x,
                                       const clattn_tensor *y);
+/* Float32 stand-ins for an op's 16-bit operands: out[i] is ts[i] itself when it is float32 (or
+ * NULL: left unset), else a float32 view in the CAST scratch, holding ts[i]'s values when load[i].
+ * clattn__cast_out rounds a stand-in's results into the operand (nothing when it is the operand). */
+clattn_status clattn__cast_in(clattn_context *ctx, const clattn_tensor *const *ts, const int *load,
+                              int n, clattn_tensor *out);
+clattn_status clattn__cast_out(clattn_context *ctx, const clattn_tensor *t32,
+                               const clattn_tensor *t);
 char *clattn__dtype_define(char *buf, size_t size, const char *name, clattn_dtype dtype);
 #define ARG(x) sizeof(x), (const void *)&(x)
 #define ARGS_END ((size_t)0)

@@ -342,34 +342,6 @@ fail:
     return st;
 }
 
-/* Float32 stand-ins in the CAST scratch for a 16-bit C (holding C's values when beta reads them)
- * and a 16-bit bias; *c32 and *b32 are C and bias themselves when they are float32. */
-static clattn_status stage(clattn_context *ctx, const clattn_tensor *C, float beta,
-                           const clattn_tensor *bias, clattn_tensor *c32, clattn_tensor *b32)
-{
-    clattn_status st = CLATTN_SUCCESS;
-    size_t nc = C->dtype != CLATTN_FLOAT32 ? clattn_tensor_numel(C) : 0;
-    size_t nb = bias && bias->dtype != CLATTN_FLOAT32 ? clattn_tensor_numel(bias) : 0;
-    cl_mem buf;
-    *c32 = *C;
-    if (bias)
-        *b32 = *bias;
-    if (!nc && !nb)
-        return CLATTN_SUCCESS;
-    CHECK_ST(clattn__scratch(ctx, CLATTN_SCRATCH_CAST, (nc + nb) * 4, &buf));
-    if (nc) {
-        *c32 = clattn_view(buf, CLATTN_FLOAT32, 0, C->ndim, C->dims);
-        if (beta != 0.0f)
-            CHECK_ST(clattn__enqueue_convert(ctx, C, c32));
-    }
-    if (nb) {
-        *b32 = clattn_view(buf, CLATTN_FLOAT32, nc, 1, bias->dims);
-        CHECK_ST(clattn__enqueue_convert(ctx, bias, b32));
-    }
-fail:
-    return st;
-}
-
 clattn_status clattn__enqueue_matmul(clattn_context *ctx, const clattn_tensor *A, int trans_a,
                                      const clattn_tensor *B, int trans_b, float alpha, float beta,
                                      const clattn_tensor *bias, const clattn_tensor *C)
@@ -378,17 +350,19 @@ clattn_status clattn__enqueue_matmul(clattn_context *ctx, const clattn_tensor *A
     clattn_tuning tune;
     operand a = describe(A, trans_a), b = describe(B, trans_b);
     int batch = (int)clattn__batch_count(C, 2);
-    clattn_tensor c32, b32;
+    /* a 16-bit C (read when beta is not 0) and bias through float32: k-slices pass raw sums */
+    const clattn_tensor *ts[2] = {C, bias};
+    const int load[2] = {beta != 0.0f, 1};
+    clattn_tensor t32[2];
     CHECK_ST(clattn__tune(ctx, "matmul", &tune));
-    CHECK_ST(stage(ctx, C, beta, bias, &c32, &b32));
+    CHECK_ST(clattn__cast_in(ctx, ts, load, 2, t32));
     if (strcmp(tune.variant, "gpu") == 0)
-        CHECK_ST(enqueue_tiled(ctx, &tune, A, a, B, b, alpha, beta, bias ? &b32 : NULL, &c32,
-                               batch));
+        CHECK_ST(enqueue_tiled(ctx, &tune, A, a, B, b, alpha, beta, bias ? &t32[1] : NULL,
+                               &t32[0], batch));
     else
-        CHECK_ST(enqueue_packed(ctx, &tune, A, a, B, b, alpha, beta, bias ? &b32 : NULL, &c32,
-                                batch));
-    if (c32.buf != C->buf) /* C is 16-bit: one rounding of each float32 result */
-        CHECK_ST(clattn__enqueue_convert(ctx, &c32, C));
+        CHECK_ST(enqueue_packed(ctx, &tune, A, a, B, b, alpha, beta, bias ? &t32[1] : NULL,
+                                &t32[0], batch));
+    CHECK_ST(clattn__cast_out(ctx, &t32[0], C)); /* a 16-bit C: each result rounded once */
 fail:
     return st;
 }
