@@ -55,9 +55,10 @@ typedef enum {
 } clattn_status;
 
 /* Element types. The 16-bit ones are storage formats (IEEE binary16, and bfloat16: float32's top
- * 16 bits); tensors of them are created, written, read, filled and converted (clattn_convert),
- * the head transposes move them as bits, and the other ops take float32 so far (a 16-bit tensor
- * given to one is refused, named). */
+ * 16 bits); tensors of them are created, written, read, filled and converted (clattn_convert).
+ * Each op below says which of its tensors may be 16-bit (all but clattn_attention_merge's); all
+ * arithmetic is float32 and a 16-bit output is each float32 result rounded once. Valid lengths,
+ * masks, biases, ALiBi slopes and log-sum-exps stay int32 / float32. */
 typedef enum { CLATTN_FLOAT32 = 0, CLATTN_INT32 = 1, CLATTN_FLOAT16 = 2, CLATTN_BFLOAT16 = 3 } clattn_dtype;
 
 #define CLATTN_MAX_DIMS 4
@@ -245,7 +246,8 @@ CLATTN_API clattn_status clattn_transpose_output(clattn_context *ctx, const clat
 CLATTN_API clattn_status clattn_dropout(clattn_context *ctx, const clattn_tensor *x,
                                         const clattn_dropout_params *p, const clattn_tensor *y);
 /* scores[b, i, j] = sum_h w_v[h] tanh(qp[b, i, h] + kp[b, j, h]) for projected queries qp (B, Q, h)
- * and keys kp (B, K, h); w_v is (1, h) or (h). Never builds the (B, Q, K, h) features. */
+ * and keys kp (B, K, h); w_v is (1, h) or (h). Never builds the (B, Q, K, h) features. qp, kp,
+ * w_v and scores: float32, float16 or bfloat16 in any combination. */
 CLATTN_API clattn_status clattn_additive_scores(clattn_context *ctx, const clattn_tensor *qp,
                                                 const clattn_tensor *kp, const clattn_tensor *w_v,
                                                 const clattn_tensor *scores);
@@ -282,7 +284,9 @@ typedef struct {
  * the fused kernel may run, which never materialises the scores. opts may be NULL.
  * Grouped-query (and multi-query) attention: 4-D Q (B, Hq, Q, d) with K (B, Hkv, K, d) and V
  * (B, Hkv, K, dv) where Hkv divides Hq; query head h reads K/V head h / (Hq / Hkv) (PyTorch's
- * enable_gqa), with no copy of K or V. out, weights and the mask are (B, Hq, ...). */
+ * enable_gqa), with no copy of K or V. out, weights and the mask are (B, Hq, ...).
+ * Q, K, V, out and weights: float32, float16 or bfloat16 in any combination (float32 scores and
+ * probabilities; P V takes them unrounded, 16-bit weights are them rounded once). */
 CLATTN_API clattn_status clattn_dot_product_attention(clattn_context *ctx, const clattn_tensor *Q,
                                                       const clattn_tensor *K,
                                                       const clattn_tensor *V,
@@ -325,7 +329,8 @@ typedef struct {
  * opts.scale, opts.alibi_slopes ((Hq) or (B, Hq)), opts.lse (total_q, Hq), the layout of out, so
  * that clattn_attention_merge takes both) and dropout (sequence b's stream is that op's with
  * offset opts.dropout.offset + b). No valid lengths, mask tensor or bias (the lengths are the
- * sequences'). A sequence with queries but no keys gets zeros (LSE -inf), as decoding does. */
+ * sequences'). A sequence with queries but no keys gets zeros (LSE -inf), as decoding does.
+ * Q, K, V and out: float32, float16 or bfloat16 in any combination. */
 CLATTN_API clattn_status clattn_varlen_attention(clattn_context *ctx, const clattn_tensor *Q,
                                                  const clattn_tensor *K, const clattn_tensor *V,
                                                  const clattn_varlen *seqs,
@@ -368,8 +373,8 @@ typedef struct {
 
 /* queries (B, Q, q_size), keys (B, K, k_size), values (B, K, v) -> out (B, Q, v); weights (B, Q, K)
  * or NULL. Masks: valid_lens (B) or (B, Q), a mask tensor, causal. queries, keys, values, W_q,
- * W_k and out: float32, float16 or bfloat16 (float32 projections and scores); w_v and weights
- * float32. */
+ * W_k, w_v, out and weights: float32, float16 or bfloat16 in any combination (float32
+ * projections, scores and probabilities). */
 CLATTN_API clattn_status clattn_additive_attention(clattn_context *ctx,
                                                    const clattn_tensor *queries,
                                                    const clattn_tensor *keys,
@@ -396,7 +401,7 @@ typedef struct {
  * weights (B, H, Q, K) per head or NULL. valid_lens (B) or (B, Q) repeat over the heads; a mask
  * tensor broadcasts to (B, H, Q, K). One chain of enqueued kernels, intermediates in the context's
  * scratch arena, no host sync. queries, keys, values, every W and bias, and out: float32, float16
- * or bfloat16 (the projections and heads are float32); weights float32. */
+ * or bfloat16, weights too (the projections, heads and probabilities are float32). */
 CLATTN_API clattn_status clattn_multihead_attention(clattn_context *ctx,
                                                     const clattn_tensor *queries,
                                                     const clattn_tensor *keys,

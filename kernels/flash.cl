@@ -1,8 +1,8 @@
 /* clattn fused scaled-dot-product attention (flash-attention style): out = dropout(softmax(mask(
  * Q K^T * scale))) V with an online softmax over key blocks, never materialising the scores.
  *
- * Layout: Q (nb, nq, d), K (nb, nk, d), V (nb, nk, dv), O (nb, nq, dv), float32 with unit-stride
- * rows, and lse, row `row` of batch bb at lse_off + bb * lse_s.x + row * lse_s.y ((nb, nq)
+ * Layout: Q (nb, nq, d), K (nb, nk, d), V (nb, nk, dv), O (nb, nq, dv) of the dtypes QT, KT, VT,
+ * OT below (arithmetic float32 throughout, each output rounded once), with unit-stride rows, and lse, row `row` of batch bb at lse_off + bb * lse_s.x + row * lse_s.y ((nb, nq)
  * contiguous: lse_s = (nq, 1)), or NULL: each row's log-sum-exp m + log(l) of its
  * masked scaled scores (-inf when m is, as its l is then 0); batch bb is (d0, d1) = (bb / D1, bb % D1) for the mask (see common.cl) and for the operands:
  * each operand's int4 layout l = (offset, s0, s1, row stride) puts row `row` of batch bb at element
@@ -52,6 +52,30 @@
  *   output in private memory. vt: flash_vtail's sums with BKS = BK, or NULL when no row can skip
  *   keys. */
 #include "common.cl"
+#include "dtype.cl"
+
+/* Operand dtypes (dtype.cl's codes): Q, K, V and O float32, float16 or bfloat16 each; VST, the
+ * rows the value sums read: V, or the packed float32 rows (the CPU shape packs a 16-bit V). */
+#ifndef QT
+#define QT 0
+#endif
+#ifndef KT
+#define KT 0
+#endif
+#ifndef VT
+#define VT 0
+#endif
+#ifndef OT
+#define OT 0
+#endif
+#ifndef VST
+#define VST VT
+#endif
+#define QTYPE CLATTN_T(QT)
+#define KTYPE CLATTN_T(KT)
+#define VTYPE CLATTN_T(VT)
+#define OTYPE CLATTN_T(OT)
+#define VSTYPE CLATTN_T(VST)
 
 #ifndef QR
 #define QR 5
@@ -112,38 +136,50 @@ static inline size_t flash_at(int4 l, int D1, int bb, int row)
 }
 
 /* kt[bb][blk][e][w] = K[bb][blk * KB + w][e], zero for keys >= nk. One work-item per key. */
-__kernel void flash_pack_k(__global const float *K, int4 kl, int D1, int nk, int d, int nblk,
+__kernel void flash_pack_k(__global const KTYPE *K, int4 kl, int D1, int nk, int d, int nblk,
                            __global float *kt)
 {
     int k = get_global_id(0), bb = get_global_id(1);
     __global float *dst = kt + ((size_t)(bb * nblk + k / KB) * d) * KB + k % KB;
-    __global const float *src = K + flash_at(kl, D1, bb, min(k, nk - 1));
+    __global const KTYPE *src = K + flash_at(kl, D1, bb, min(k, nk - 1));
     for (int e = 0; e < d; e++)
-        dst[e * KB] = k < nk ? src[e] : 0.0f;
+        dst[e * KB] = k < nk ? CLATTN_LOAD(KT, src + e) : 0.0f;
 }
 
 /* vp[bb][k][c] = V[bb][k][c] for k < nk and c < dv, else 0. One work-item per key. */
-__kernel void flash_pack_v(__global const float *V, int4 vl, int D1, int nk, int dv, int nblk,
+__kernel void flash_pack_v(__global const VTYPE *V, int4 vl, int D1, int nk, int dv, int nblk,
                            __global float *vp, int vp_off)
 {
     int k = get_global_id(0), bb = get_global_id(1);
     __global float *dst = vp + vp_off + ((size_t)bb * nblk * KB + k) * DVP;
-    __global const float *src = V + flash_at(vl, D1, bb, min(k, nk - 1));
+    __global const VTYPE *src = V + flash_at(vl, D1, bb, min(k, nk - 1));
     for (int c = 0; c < DVP; c++)
-        dst[c] = (k < nk && c < dv) ? src[c] : 0.0f;
+        dst[c] = (k < nk && c < dv) ? CLATTN_LOAD(VT, src + c) : 0.0f;
+}
+
+/* qp[bb][q][e] = Q[bb][q][e] in float32, for flash_cpu's scalar reads of a 16-bit Q (converting
+ * there would cost more than the products it feeds). One work-item per row. */
+__kernel void flash_pack_q(__global const QTYPE *Q, int4 ql, int D1, int nq, int d,
+                           __global float *qp, int qp_off)
+{
+    int q = get_global_id(0), bb = get_global_id(1);
+    __global float *dst = qp + qp_off + ((size_t)bb * nq + q) * d;
+    __global const QTYPE *src = Q + flash_at(ql, D1, bb, q);
+    for (int e = 0; e < d; e++)
+        dst[e] = CLATTN_LOAD(QT, src + e);
 }
 
 /* Lanes -1 where one of the 16 values from src (columns c0.., only those below dv read) is a NaN
  * or an infinity. The test is on the exponent bits, not 0 * v: Mesa's llvmpipe folds a product
  * with a constant 0 to 0, which IEEE arithmetic does not allow. */
-static inline int16 nonfinite16(__global const float *src, int c0, int dv)
+static inline int16 nonfinite16(__global const VSTYPE *src, int c0, int dv)
 {
     const int16 expo = (int16)(0x7f800000);
     if (c0 + 16 <= dv)
-        return (as_int16(vload16(0, src)) & expo) == expo;
+        return (as_int16(CLATTN_LOAD16(VST, src)) & expo) == expo;
     int t[16];
     for (int i = 0; i < 16; i++)
-        t[i] = c0 + i < dv ? as_int(src[i]) : 0;
+        t[i] = c0 + i < dv ? as_int(CLATTN_LOAD(VST, src + i)) : 0;
     return (vload16(0, t) & expo) == expo;
 }
 
@@ -158,7 +194,7 @@ static inline float16 flag_sum16(int16 nonfinite)
  * from blk * BKS on adds vt[bb][blk] to its outputs, as weights @ V would with their zero weights.
  * One work-item per 16 columns of one batch, walking keys [k_lo, k_hi) backwards (k_hi nk or a
  * multiple of BKS; the host runs the ranges from the last one down). */
-__kernel void flash_vtail(__global const float *V, int4 vl, int D1, int nk, int dv, int BKS,
+__kernel void flash_vtail(__global const VSTYPE *V, int4 vl, int D1, int nk, int dv, int BKS,
                           int nblk, __global float *vt, int vt_off, int k_lo, int k_hi)
 {
     int c0 = 16 * get_global_id(0), bb = get_global_id(1);
@@ -179,7 +215,7 @@ __kernel void flash_vtail(__global const float *V, int4 vl, int D1, int nk, int 
  * skip the blocks below their window (vh[bb][0] is 0). Keys [k_lo, k_hi) forwards (k_lo a
  * multiple of BKS; the host runs the ranges from the first one up): each launch also leaves its
  * sums at block k_hi / BKS for the next. */
-__kernel void flash_vhead(__global const float *V, int4 vl, int D1, int nk, int dv, int BKS,
+__kernel void flash_vhead(__global const VSTYPE *V, int4 vl, int D1, int nk, int dv, int BKS,
                           int nblk, __global float *vh, int vh_off, int k_lo, int k_hi)
 {
     int c0 = 16 * get_global_id(0), bb = get_global_id(1);
@@ -286,7 +322,7 @@ static inline float16 skipped16(__global const float *vt, __global const float *
     return z;
 }
 
-/* kt: packed K; V rows (zero-padded to DVP columns and to nblk * KB keys) with layout vl, packed
+/* Q: float32 (flash_pack_q's copy of a 16-bit Q); kt: packed K; V rows (zero-padded to DVP columns and to nblk * KB keys) with layout vl, packed
  * by flash_pack_v or, when they need no padding, the caller's V itself; vt: flash_vtail's sums
  * with BKS = KB, or NULL when no row can skip trailing keys (no lengths, causality or window
  * right side); vh: flash_vhead's, or NULL when no window has a left side; all per K/V batch.
@@ -296,7 +332,7 @@ static inline float16 skipped16(__global const float *vt, __global const float *
  * fill when they come (every key so far blocked, or a fill near the scores). */
 __kernel void flash_cpu(__global const float *Q, int4 ql, __global const float *kt,
                         __global const float *V, int4 vl, __global const float *vt,
-                        int vt_off, __global const float *vh, int vh_off, __global float *O,
+                        int vt_off, __global const float *vh, int vh_off, __global OTYPE *O,
                         int4 ol, __global float *lse, int lse_off, int2 lse_s, int nq, int nk,
                         int d, int dv, int nblk, float scale, FLASH_MASK_PARAMS,
                         FLASH_DROP_PARAMS)
@@ -511,17 +547,17 @@ __kernel void flash_cpu(__global const float *Q, int4 ql, __global const float *
             if (lse)
                 lse[lse_off + (size_t)bb * lse_s.x + (size_t)grow[gi][r] * lse_s.y] =
                     gm[gi][r] + log(l);
-            __global float *o = O + flash_at(ol, D1, bb, grow[gi][r]);
+            __global OTYPE *o = O + flash_at(ol, D1, bb, grow[gi][r]);
             #pragma unroll
             for (int c = 0; c < NVD; c++) {
                 float16 x = gacc[gi][r][c] * (float16)(inv);
                 if (16 * c + 16 <= dv) {
-                    vstore16(x, 0, o + 16 * c);
+                    CLATTN_STORE16(OT, x, o + 16 * c);
                 } else { /* the padding columns past dv stay unwritten */
                     float t[16];
                     vstore16(x, 0, t);
                     for (int i = 0; 16 * c + i < dv; i++)
-                        o[16 * c + i] = t[i];
+                        CLATTN_STORE(OT, t[i], o + 16 * c + i);
                 }
             }
         }
@@ -532,7 +568,8 @@ __kernel void flash_cpu(__global const float *Q, int4 ql, __global const float *
 /* Keys [k_lo, k_hi) of every row (k_lo a multiple of BK). A launch that does not start at key 0
  * resumes the rows where the launch before left them, and one that does not end at nk leaves
  * them for the next: the unnormalised outputs in O, and (max, sum, the block where the group's
- * vote stopped or -1) per row in part at part_off, (nb, nq, 3) floats. The host splits the keys
+ * vote stopped or -1) per row in part at part_off, (nb, nq, 3) floats (a 16-bit O: the outputs
+ * too, in float32 after them). The host splits the keys
  * so only on a device that bounds a work-item's loop iterations (flash.c); one launch of all keys
  * takes no part, and a split computes bit for bit what one launch does.
  * vt, vh: flash_vtail's and flash_vhead's sums (BKS = BK) or NULL, as for flash_cpu. The tiles
@@ -542,9 +579,9 @@ __kernel void flash_cpu(__global const float *Q, int4 ql, __global const float *
  * group's vote stopped in the first part (it skips the rest and the lead tiles), nblk where it
  * stopped at the lead tiles, or -1. */
 __kernel __attribute__((reqd_work_group_size(BQ, 1, 1)))
-void flash_gpu(__global const float *Q, int4 ql, __global const float *K, int4 kl,
-               __global const float *V, int4 vl, __global const float *vt, int vt_off,
-               __global const float *vh, int vh_off, int nblk, __global float *O, int4 ol,
+void flash_gpu(__global const QTYPE *Q, int4 ql, __global const KTYPE *K, int4 kl,
+               __global const VTYPE *V, int4 vl, __global const float *vt, int vt_off,
+               __global const float *vh, int vh_off, int nblk, __global OTYPE *O, int4 ol,
                __global float *lse, int lse_off, int2 lse_s, int nq, int nk, int d, int dv,
                float scale, int k_lo, int k_hi, __global float *part, int part_off,
                FLASH_MASK_PARAMS, FLASH_DROP_PARAMS)
@@ -562,11 +599,18 @@ void flash_gpu(__global const float *Q, int4 ql, __global const float *K, int4 k
     __global const int *mrow = clattn_mask_row(mask, mask_off, ms, d0, d1, rowc);
     __global const float *brow = clattn_bias_row(bias, bias_off, bs, d0, d1, rowc);
     float slope = clattn_slope(slopes, slopes_off, ss, d0, d1);
-    __global float *orow = O + flash_at(ol, D1, bb, rowc);
+    __global OTYPE *orow = O + flash_at(ol, D1, bb, rowc);
     __global float *st = part ? part + part_off + ((size_t)bb * nq + rowc) * 3 : 0;
+#if OT == 0
+    __global float *arow = orow; /* a split keeps the unnormalised outputs in O itself */
+#else /* ... or, for a 16-bit O, in float32 after the states: (nb, nq, dv) */
+    __global float *arow = part ? part + part_off + (size_t)get_num_groups(1) * nq * 3 +
+                                      ((size_t)bb * nq + rowc) * dv
+                                : 0;
+#endif
     float q[DP], acc[DVP], m = -INFINITY, l = 0.0f;
     for (int e = 0; e < DP; e++)
-        q[e] = e < d ? Q[flash_at(ql, D1, bb, rowc) + e] : 0.0f;
+        q[e] = e < d ? CLATTN_LOAD(QT, Q + flash_at(ql, D1, bb, rowc) + e) : 0.0f;
     for (int c = 0; c < DVP; c++)
         acc[c] = 0.0f;
     /* Each row resumes its own state only: padding items (row >= nq) vote in nothing and store
@@ -576,7 +620,7 @@ void flash_gpu(__global const float *Q, int4 ql, __global const float *K, int4 k
         m = st[0];
         l = st[1];
         for (int c = 0; c < dv; c++)
-            acc[c] = orow[c];
+            acc[c] = arow[c];
     }
     if (t == 0) {
         resumed_stop[0] = k_lo > 0 ? as_int(st[2]) : -1;
@@ -608,13 +652,15 @@ void flash_gpu(__global const float *Q, int4 ql, __global const float *K, int4 k
         }
         for (int i = t; i < BK * DP; i += BQ) {
             int k = i / DP, e = i % DP;
-            Ks[k][e] = (kbase + k < nk && e < d) ? K[flash_at(kl, D1 / G, kb, kbase + k) + e]
-                                                 : 0.0f;
+            Ks[k][e] = (kbase + k < nk && e < d)
+                           ? CLATTN_LOAD(KT, K + flash_at(kl, D1 / G, kb, kbase + k) + e)
+                           : 0.0f;
         }
         for (int i = t; i < BK * DVP; i += BQ) {
             int k = i / DVP, c = i % DVP;
-            Vs[k][c] = (kbase + k < nk && c < dv) ? V[flash_at(vl, D1 / G, kb, kbase + k) + c]
-                                                  : 0.0f;
+            Vs[k][c] = (kbase + k < nk && c < dv)
+                           ? CLATTN_LOAD(VT, V + flash_at(vl, D1 / G, kb, kbase + k) + c)
+                           : 0.0f;
         }
         barrier(CLK_LOCAL_MEM_FENCE);
         float s[BK], bm = -INFINITY;
@@ -656,7 +702,7 @@ void flash_gpu(__global const float *Q, int4 ql, __global const float *K, int4 k
         st[1] = l;
         st[2] = as_float(stop);
         for (int c = 0; c < dv; c++)
-            orow[c] = acc[c];
+            arow[c] = acc[c];
         return;
     }
     float inv = 1.0f / l;
@@ -672,6 +718,6 @@ void flash_gpu(__global const float *Q, int4 ql, __global const float *K, int4 k
             a += z[c];
         if (zh)
             a += zh[c];
-        orow[c] = a * inv;
+        CLATTN_STORE(OT, a * inv, orow + c);
     }
 }

@@ -16,7 +16,12 @@ static clattn_status enqueue_scores(clattn_context *ctx, const clattn_tensor *qp
      * clattn__loop_budget asks; not split over launches */
     CHECK_ST(clattn__loop_units(ctx, ctx->loop_limit, 0, (H / 8 + 1) + (8 + 1) + 1, 1, &one,
                                 "additive attention: a hidden size of %d", H));
-    CHECK_ST(clattn__get_kernel(ctx, "additive.cl", "", "additive_scores", &k));
+    char defs[48] = "";
+    clattn__dtype_define(defs, sizeof defs, "QT", qp->dtype);
+    clattn__dtype_define(defs, sizeof defs, "KT", kp->dtype);
+    clattn__dtype_define(defs, sizeof defs, "WT", wv->dtype);
+    clattn__dtype_define(defs, sizeof defs, "ST", s->dtype);
+    CHECK_ST(clattn__get_kernel(ctx, "additive.cl", defs, "additive_scores", &k));
     CHECK_ST(clattn__set_args(ctx, k, "additive_scores", ARG(qp->buf), ARG(qo), ARG(kp->buf),
                               ARG(ko), ARG(wv->buf), ARG(wo), ARG(s->buf), ARG(so), ARG(Q), ARG(K),
                               ARG(H), ARGS_END));
@@ -31,7 +36,7 @@ static clattn_status check_wv(clattn_context *ctx, const clattn_tensor *wv, size
 {
     clattn_status st = CLATTN_SUCCESS;
     char s1[96];
-    CHECK_ST(clattn__check_tensor(ctx, wv, name, CLATTN_FLOAT32, 1, 2));
+    CHECK_ST(clattn__check_float_tensor(ctx, wv, name, 1, 2));
     CHECK(ctx, clattn_tensor_numel(wv) == h && (wv->ndim == 1 || wv->dims[0] == 1),
           CLATTN_ERROR_SHAPE_MISMATCH, "%s: shape %s, expected (1, %zu) or (%zu)", name,
           clattn__shape_str(wv, s1, sizeof s1), h, h);
@@ -47,9 +52,9 @@ clattn_status clattn_additive_scores(clattn_context *ctx, const clattn_tensor *q
     char s1[96], s2[96];
     CHECK_DRY_RUN(ctx, clattn_additive_scores(ctx, qp, kp, w_v, scores));
     CHECK(NULL, ctx, CLATTN_ERROR_INVALID_ARGUMENT, "ctx: NULL context");
-    CHECK_ST(clattn__check_tensor(ctx, qp, "qp", CLATTN_FLOAT32, 3, 3));
-    CHECK_ST(clattn__check_tensor(ctx, kp, "kp", CLATTN_FLOAT32, 3, 3));
-    CHECK_ST(clattn__check_tensor(ctx, scores, "scores", CLATTN_FLOAT32, 3, 3));
+    CHECK_ST(clattn__check_float_tensor(ctx, qp, "qp", 3, 3));
+    CHECK_ST(clattn__check_float_tensor(ctx, kp, "kp", 3, 3));
+    CHECK_ST(clattn__check_float_tensor(ctx, scores, "scores", 3, 3));
     CHECK(ctx, kp->dims[0] == qp->dims[0] && kp->dims[2] == qp->dims[2],
           CLATTN_ERROR_SHAPE_MISMATCH, "kp: shape %s, expected (%zu, K, %zu) to match qp %s",
           clattn__shape_str(kp, s1, sizeof s1), qp->dims[0], qp->dims[2],
@@ -107,7 +112,7 @@ static clattn_status check_additive(clattn_context *ctx, const clattn_tensor *q,
           CLATTN_ERROR_SHAPE_MISMATCH, "out: shape %s, expected (%zu, %zu, %zu)",
           clattn__shape_str(out, s1, sizeof s1), B, nq, v->dims[2]);
     if (weights) {
-        CHECK_ST(clattn__check_tensor(ctx, weights, "weights", CLATTN_FLOAT32, 3, 3));
+        CHECK_ST(clattn__check_float_tensor(ctx, weights, "weights", 3, 3));
         CHECK(ctx, weights->dims[0] == B && weights->dims[1] == nq && weights->dims[2] == nk,
               CLATTN_ERROR_SHAPE_MISMATCH, "weights: shape %s, expected (%zu, %zu, %zu)",
               clattn__shape_str(weights, s1, sizeof s1), B, nq, nk);
@@ -148,20 +153,25 @@ clattn_status clattn_additive_attention(clattn_context *ctx, const clattn_tensor
     clattn_arg ins[ADD_NINS];
     additive_inputs(queries, keys, values, w, ins);
     CHECK_ST(clattn__resolve_opts(ctx, opts, 3, sdims, ins, ADD_NINS, outs, 2, &m, &drop, &lse));
-    /* scratch: projected queries and keys, then scores (unless returned) and dropped weights */
+    /* scratch: projected queries and keys, then scores (unless returned in float32: 16-bit
+     * weights are the float32 ones rounded once, while P V takes them unrounded) and dropped
+     * weights */
     size_t nqp = B * nq * h, nkp = B * nk * h, ns = B * nq * nk;
     int dropping = clattn__dropout_active(drop);
-    size_t need = nqp + nkp + (weights ? 0 : ns) + (dropping ? ns : 0);
+    int own_s = !weights || weights->dtype != CLATTN_FLOAT32;
+    size_t need = nqp + nkp + (own_s ? ns : 0) + (dropping ? ns : 0);
     CHECK_ST(clattn__scratch(ctx, CLATTN_SCRATCH_MODULE, need * 4, &buf));
     clattn_tensor qp = clattn_view(buf, CLATTN_FLOAT32, 0, 3, (size_t[]){B, nq, h});
     clattn_tensor kp = clattn_view(buf, CLATTN_FLOAT32, nqp, 3, (size_t[]){B, nk, h});
-    clattn_tensor S = weights ? *weights : clattn_view(buf, CLATTN_FLOAT32, nqp + nkp, 3, sdims);
+    clattn_tensor S = own_s ? clattn_view(buf, CLATTN_FLOAT32, nqp + nkp, 3, sdims) : *weights;
     clattn_tensor P = dropping ? clattn_view(buf, CLATTN_FLOAT32, need - ns, 3, sdims) : S;
     CHECK_ST(clattn__tune(ctx, "softmax", &tune));
     CHECK_ST(clattn__enqueue_matmul(ctx, queries, 0, w->W_q, 1, 1.0f, 0.0f, NULL, &qp));
     CHECK_ST(clattn__enqueue_matmul(ctx, keys, 0, w->W_k, 1, 1.0f, 0.0f, NULL, &kp));
     CHECK_ST(enqueue_scores(ctx, &qp, &kp, w->w_v, &S));
     CHECK_ST(clattn__enqueue_softmax(ctx, &tune, &S, &m, &S, lse));
+    if (weights && own_s)
+        CHECK_ST(clattn__enqueue_convert(ctx, &S, weights));
     if (dropping)
         CHECK_ST(clattn__enqueue_dropout(ctx, S.buf, S.offset, P.buf, P.offset, ns, 0, drop));
     CHECK_ST(clattn__enqueue_matmul(ctx, &P, 0, values, 0, 1.0f, 0.0f, NULL, out));

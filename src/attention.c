@@ -133,13 +133,16 @@ clattn_status clattn__attention_core(clattn_context *ctx, const clattn_tensor *Q
     }
     size_t n = clattn__batch_count(Q, 2) * nq * nk;
     int drop = clattn__dropout_active(dropout);
-    /* Scores go straight into the caller's weights when asked for, else into scratch; dropout
-     * writes a second copy so the returned weights stay those before dropout, as d2l keeps them. */
-    size_t need = (weights ? 0 : n) + (drop ? n : 0);
+    /* Scores go straight into the caller's float32 weights when asked for, else into float32
+     * scratch (16-bit weights are the probabilities rounded once, while P V takes them unrounded,
+     * as the fused path does); dropout writes a second copy so the returned weights stay those
+     * before dropout, as d2l keeps them. */
+    int own_s = !weights || weights->dtype != CLATTN_FLOAT32;
+    size_t need = (own_s ? n : 0) + (drop ? n : 0);
     if (need)
         CHECK_ST(clattn__scratch(ctx, CLATTN_SCRATCH_ATTN, need * 4, &buf));
-    clattn_tensor S = weights ? *weights : shaped(buf, 0, Q, nq, nk);
-    clattn_tensor P = drop ? shaped(buf, weights ? 0 : n, Q, nq, nk) : S;
+    clattn_tensor S = own_s ? shaped(buf, 0, Q, nq, nk) : *weights;
+    clattn_tensor P = drop ? shaped(buf, own_s ? n : 0, Q, nq, nk) : S;
     /* grouped query heads: each K/V head's G query heads are one batch of G * nq rows, so
      * Q K^T and P V are plain batched GEMMs over the K/V heads, no copy of K or V */
     clattn_tensor Qg = grouped(Q, G), Sg = grouped(&S, G), Pg = grouped(&P, G);
@@ -147,6 +150,8 @@ clattn_status clattn__attention_core(clattn_context *ctx, const clattn_tensor *Q
     CHECK_ST(clattn__tune(ctx, "softmax", &tune));
     CHECK_ST(clattn__enqueue_matmul(ctx, &Qg, 0, K, 1, scale, 0.0f, NULL, &Sg));
     CHECK_ST(clattn__enqueue_softmax(ctx, &tune, &S, mask, &S, lse));
+    if (weights && own_s)
+        CHECK_ST(clattn__enqueue_convert(ctx, &S, weights));
     if (drop)
         CHECK_ST(clattn__enqueue_dropout(ctx, S.buf, S.offset, P.buf, P.offset, n, 0, dropout));
     CHECK_ST(clattn__enqueue_matmul(ctx, &Pg, 0, V, 0, 1.0f, 0.0f, NULL, &Og));
@@ -175,11 +180,11 @@ static clattn_status check_qkv(clattn_context *ctx, const clattn_tensor *Q, cons
     char s1[96], s2[96];
     const clattn_tensor *all[4] = {K, V, out, weights};
     const char *names[4] = {"K", "V", "out", "weights"};
-    CHECK_ST(clattn__check_tensor(ctx, Q, "Q", CLATTN_FLOAT32, 2, 4));
+    CHECK_ST(clattn__check_float_tensor(ctx, Q, "Q", 2, 4));
     for (int i = 0; i < 4; i++) {
         if (i == 3 && !weights)
             break;
-        CHECK_ST(clattn__check_tensor(ctx, all[i], names[i], CLATTN_FLOAT32, 2, 4));
+        CHECK_ST(clattn__check_float_tensor(ctx, all[i], names[i], 2, 4));
         CHECK(ctx, leading_ok(all[i], Q, i < 2), CLATTN_ERROR_SHAPE_MISMATCH,
               "%s: shape %s, expected Q's leading dims %s%s", names[i],
               clattn__shape_str(all[i], s1, sizeof s1), clattn__shape_str(Q, s2, sizeof s2),

@@ -24,13 +24,15 @@ unsigned clattn__dropout_threshold(float p);
 /* flash.c: the fused path for attention with no weights requested. */
 int clattn__flash_supports(const clattn_tuning *tune, size_t d, size_t dv);
 /* An operand of the fused path: the mask's D0 x D1 batches of (rows, cols) with unit-stride rows;
- * row r of batch (d0, d1) starts at element l = (off, s0, s1, rs): off + d0 s0 + d1 s1 + r rs. */
+ * row r of batch (d0, d1) starts at element l = (off, s0, s1, rs): off + d0 s0 + d1 s1 + r rs,
+ * in elements of its dtype dt (float32, float16 or bfloat16). */
 typedef struct {
     cl_mem buf;
     cl_int4 l;
+    clattn_dtype dt;
 } clattn_flash_operand;
-clattn_flash_operand clattn__flash_strided(cl_mem buf, size_t off, size_t s0, size_t s1,
-                                           size_t rs);
+clattn_flash_operand clattn__flash_strided(cl_mem buf, clattn_dtype dt, size_t off, size_t s0,
+                                           size_t s1, size_t rs);
 /* A contiguous (..., rows, cols) tensor whose batches split as (D0, D1). */
 clattn_flash_operand clattn__flash_operand(const clattn_tensor *t, int D1);
 /* Where the fused path writes each row's log-sum-exp: row r of batch (d0, d1) at element off +
@@ -55,6 +57,10 @@ clattn_status clattn__enqueue_flash(clattn_context *ctx, const clattn_tuning *tu
 /* heads.c: (B, T, H, dh) <-> (B, H, T, dh) between two buffers. */
 clattn_status clattn__enqueue_heads(clattn_context *ctx, cl_mem src, size_t s_off, cl_mem dst,
                                     size_t d_off, int B, int T, int H, int dh, int to_heads);
+/* The same from src of dtype xt to dst of dtype yt, each element converted when they differ. */
+clattn_status clattn__enqueue_heads_typed(clattn_context *ctx, clattn_dtype xt, cl_mem src,
+                                          size_t s_off, clattn_dtype yt, cl_mem dst, size_t d_off,
+                                          int B, int T, int H, int dh, int to_heads);
 
 /* attention.c: out = dropout(masked_softmax(Q K^T * scale)) V on views with equal leading dims;
  * weights (..., Q, K) or NULL; lse (..., Q) contiguous or NULL. Uses the ATTN scratch slot. */

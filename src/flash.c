@@ -94,10 +94,10 @@ fail:
     return st;
 }
 
-clattn_flash_operand clattn__flash_strided(cl_mem buf, size_t off, size_t s0, size_t s1,
-                                           size_t rs)
+clattn_flash_operand clattn__flash_strided(cl_mem buf, clattn_dtype dt, size_t off, size_t s0,
+                                           size_t s1, size_t rs)
 {
-    clattn_flash_operand o = {buf, {{0}}};
+    clattn_flash_operand o = {buf, {{0}}, dt};
     o.l.s[0] = (cl_int)off;
     o.l.s[1] = (cl_int)s0;
     o.l.s[2] = (cl_int)s1;
@@ -118,7 +118,27 @@ const clattn_flash_lse *clattn__flash_lse(const clattn_tensor *lse, clattn_flash
 clattn_flash_operand clattn__flash_operand(const clattn_tensor *t, int D1)
 {
     size_t rows = t->dims[t->ndim - 2], cols = t->dims[t->ndim - 1];
-    return clattn__flash_strided(t->buf, t->offset, (size_t)D1 * rows * cols, rows * cols, cols);
+    return clattn__flash_strided(t->buf, t->dtype, t->offset, (size_t)D1 * rows * cols,
+                                 rows * cols, cols);
+}
+
+/* The program defines of the operands' dtypes (none for float32 ones, so float32 programs keep
+ * their options), then the tuning's and DVP (and DP, dp > 0). packed_v: the value sums read
+ * flash_pack_v's float32 rows. */
+static void flash_defines(char *buf, size_t size, const clattn_tuning *tune,
+                          const clattn_flash_operand *const ops[4], int packed_v, int dp,
+                          int dvp)
+{
+    static const char *names[4] = {"QT", "KT", "VT", "OT"};
+    char dts[64] = "";
+    for (int i = 0; i < 4; i++)
+        clattn__dtype_define(dts, sizeof dts, names[i], ops[i]->dt);
+    if (packed_v && ops[2]->dt != CLATTN_FLOAT32)
+        strcat(dts, "-D VST=0 "); /* fits: 4 defines of 8 characters and this one */
+    if (dp > 0)
+        snprintf(buf, size, "%s%s-D DP=%d -D DVP=%d", dts, tune->defines, dp, dvp);
+    else
+        snprintf(buf, size, "%s%s-D DVP=%d", dts, tune->defines, dvp);
 }
 
 /* Loop iterations of one flash_vtail work-item per key (fixed: outside the key loop), counted as
@@ -168,7 +188,7 @@ static clattn_status enqueue_cpu(clattn_context *ctx, const clattn_tuning *tune,
                                  const flash_args *a, const clattn_flash_operand *out)
 {
     clattn_status st = CLATTN_SUCCESS;
-    cl_kernel kk, kv, kf;
+    cl_kernel kk, kv, kf, kq;
     cl_mem buf;
     char defines[600];
     int QR = clattn__tune_int(tune, "QR", 5), KB = clattn__tune_int(tune, "KB", 64);
@@ -183,16 +203,31 @@ static clattn_status enqueue_cpu(clattn_context *ctx, const clattn_tuning *tune,
           QR, WG, QG);
     /* Packed K panels and zero-padded V rows: extra memory O(nb * K * (d + dv)), not O(Q * K).
      * V rows that need no padding and lie one after another are read in place. */
-    int v_packed = a->dv != dvp || a->nk % KB != 0 || V->l.s[3] != a->dv;
+    int v_packed = a->dv != dvp || a->nk % KB != 0 || V->l.s[3] != a->dv ||
+                   V->dt != CLATTN_FLOAT32;
     size_t nkt = nbkv * nblk * KB * a->d, nvp = v_packed ? nbkv * nblk * KB * dvp : 0;
     /* the zero-weight sums of value rows that rows skip after (vt) and before (vh) their keys */
     size_t nvt = clattn__mask_limits_rows(m) ? nbkv * nblk * dvp : 0;
     size_t nvh = clattn__mask_has_left(m) ? nbkv * nblk * dvp : 0;
-    size_t total = nkt + nvp + nvt + nvh;
+    /* a float32 copy of a 16-bit Q, (nb, nq, d) */
+    size_t nqp = Q->dt != CLATTN_FLOAT32 ? (size_t)nb * a->nq * a->d : 0;
+    size_t total = nkt + nvp + nvt + nvh + nqp;
     CHECK(ctx, total <= (size_t)INT32_MAX, CLATTN_ERROR_UNSUPPORTED,
-          "attention: packed K and V of %zu elements exceed 32-bit indexing", total);
+          "attention: packed Q, K and V of %zu elements exceed 32-bit indexing", total);
     CHECK_ST(clattn__scratch(ctx, CLATTN_SCRATCH_ATTN, total * 4, &buf));
-    snprintf(defines, sizeof defines, "%s-D DVP=%d", tune->defines, dvp);
+    const clattn_flash_operand *ops[4] = {Q, K, V, out};
+    flash_defines(defines, sizeof defines, tune, ops, 1, 0, dvp);
+    clattn_flash_operand qrows = *Q;
+    if (nqp) {
+        int qp_off = (int)(nkt + nvp + nvt + nvh);
+        size_t per_batch = (size_t)a->nq * a->d, qg[2] = {(size_t)a->nq, (size_t)nb};
+        CHECK_ST(clattn__get_kernel(ctx, "flash.cl", defines, "flash_pack_q", &kq));
+        CHECK_ST(clattn__set_args(ctx, kq, "flash_pack_q", ARG(Q->buf), ARG(Q->l), ARG(m->D1),
+                                  ARG(a->nq), ARG(a->d), ARG(buf), ARG(qp_off), ARGS_END));
+        CHECK_ST(clattn__launch(ctx, kq, 2, qg, NULL, "flash_pack_q"));
+        qrows = clattn__flash_strided(buf, CLATTN_FLOAT32, (size_t)qp_off,
+                                      (size_t)m->D1 * per_batch, per_batch, (size_t)a->d);
+    }
     CHECK_ST(clattn__get_kernel(ctx, "flash.cl", defines, "flash_pack_k", &kk));
     CHECK_ST(clattn__get_kernel(ctx, "flash.cl", defines, "flash_pack_v", &kv));
     CHECK_ST(clattn__get_kernel(ctx, "flash.cl", defines, "flash_cpu", &kf));
@@ -208,7 +243,8 @@ static clattn_status enqueue_cpu(clattn_context *ctx, const clattn_tuning *tune,
                                   ARGS_END));
         CHECK_ST(clattn__launch(ctx, kv, 2, pg, NULL, "flash_pack_v"));
         size_t per_batch = (size_t)nblk * KB * dvp;
-        vrows = clattn__flash_strided(buf, nkt, (size_t)a->D1kv * per_batch, per_batch, dvp);
+        vrows = clattn__flash_strided(buf, CLATTN_FLOAT32, nkt, (size_t)a->D1kv * per_batch,
+                                      per_batch, dvp);
     }
     /* the V rows are dvp wide here (zero-padded, or in place only when dv == dvp) */
     int vt_off = (int)(nkt + nvp), vh_off = (int)(nkt + nvp + nvt);
@@ -217,7 +253,7 @@ static clattn_status enqueue_cpu(clattn_context *ctx, const clattn_tuning *tune,
     if (nvh)
         CHECK_ST(enqueue_vsums(ctx, defines, &vrows, a, dvp, KB, nblk, dvp, buf, vh_off, 0, 1));
     cl_mem vt = nvt ? buf : NULL, vh = nvh ? buf : NULL;
-    CHECK_ST(clattn__set_args(ctx, kf, "flash_cpu", ARG(Q->buf), ARG(Q->l), ARG(buf),
+    CHECK_ST(clattn__set_args(ctx, kf, "flash_cpu", ARG(qrows.buf), ARG(qrows.l), ARG(buf),
                               ARG(vrows.buf), ARG(vrows.l), ARG(vt), ARG(vt_off), ARG(vh),
                               ARG(vh_off), ARG(out->buf), ARG(out->l), ARG(a->lse), ARG(a->lse_off),
                               ARG(a->lse_s), ARG(a->nq), ARG(a->nk), ARG(a->d), ARG(a->dv),
@@ -293,8 +329,9 @@ static clattn_status enqueue_gpu(clattn_context *ctx, const clattn_tuning *tune,
           ctx->max_wg);
     /* the compiled kernel may allow fewer items per group than the device (llvmpipe: 32): fewer
      * query rows per group then, as matmul halves its tiles (BQ <= 16 x BK still holds) */
+    const clattn_flash_operand *ops[4] = {Q, K, V, out};
     for (size_t kernel_wg = 0;;) {
-        snprintf(defines, sizeof defines, "%s-D DP=%d -D DVP=%d", t.defines, dp, dvp);
+        flash_defines(defines, sizeof defines, &t, ops, 0, dp, dvp);
         CHECK_ST(clattn__get_kernel(ctx, "flash.cl", defines, "flash_gpu", &kf));
         CHECK_ST(clattn__kernel_group_size(ctx, kf, "flash_gpu", &kernel_wg));
         if ((size_t)BQ <= kernel_wg || BQ == 1)
@@ -304,10 +341,12 @@ static clattn_status enqueue_gpu(clattn_context *ctx, const clattn_tuning *tune,
     CHECK_ST(gpu_span(ctx, budget, BQ, BK, dp, dvp, a, &span));
     /* scratch: the value sums (nbkv, nblk, dvp) when rows skip trailing keys, the same when they
      * skip leading ones, then the rows' running state (nb, nq, 3) when the keys take several
-     * launches */
+     * launches, and their unnormalised outputs (nb, nq, dv) for a 16-bit out */
     size_t nvt = clattn__mask_limits_rows(m) ? a->nbkv * nblk * dvp : 0;
     size_t nvh = clattn__mask_has_left(m) ? a->nbkv * nblk * dvp : 0;
-    size_t npart = span < a->nk ? (size_t)nb * a->nq * 3 : 0;
+    size_t npart = span < a->nk ? (size_t)nb * a->nq *
+                                      (3 + (out->dt != CLATTN_FLOAT32 ? (size_t)a->dv : 0))
+                                : 0;
     CHECK(ctx, nvt + nvh + npart <= (size_t)INT32_MAX, CLATTN_ERROR_UNSUPPORTED,
           "attention: %zu elements of value sums and row states exceed 32-bit indexing",
           nvt + nvh + npart);

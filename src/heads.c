@@ -2,16 +2,21 @@
 #include "attention.h"
 #include <stdio.h>
 
-/* The transpose of elements of `bytes` bytes (4, or 2 for the 16-bit dtypes). */
-static clattn_status enqueue_sized(clattn_context *ctx, int bytes, cl_mem src, size_t s_off,
-                                   cl_mem dst, size_t d_off, int B, int T, int H, int dh,
-                                   int to_heads)
+/* The transpose from src's dtype xt to dst's yt: a move of 4- or 2-byte elements when they
+ * match, else each element converted. */
+static clattn_status enqueue_typed(clattn_context *ctx, clattn_dtype xt, cl_mem src, size_t s_off,
+                                   clattn_dtype yt, cl_mem dst, size_t d_off, int B, int T, int H,
+                                   int dh, int to_heads)
 {
     clattn_status st = CLATTN_SUCCESS;
     cl_kernel k;
+    char defs[32] = "";
     int so = (int)s_off, dof = (int)d_off;
-    CHECK_ST(clattn__get_kernel(ctx, "heads.cl", bytes == 2 ? "-D ELEM=ushort " : "",
-                                "transpose_heads", &k));
+    if (xt != yt)
+        snprintf(defs, sizeof defs, "-D XT=%d -D YT=%d ", (int)xt, (int)yt);
+    else if (clattn_dtype_size(xt) == 2)
+        snprintf(defs, sizeof defs, "-D ELEM=ushort ");
+    CHECK_ST(clattn__get_kernel(ctx, "heads.cl", defs, "transpose_heads", &k));
     CHECK_ST(clattn__set_args(ctx, k, "transpose_heads", ARG(src), ARG(so), ARG(dst), ARG(dof),
                               ARG(T), ARG(H), ARG(dh), ARG(to_heads), ARGS_END));
     size_t gws[3] = {(size_t)dh, (size_t)H, (size_t)B * T};
@@ -23,7 +28,15 @@ fail:
 clattn_status clattn__enqueue_heads(clattn_context *ctx, cl_mem src, size_t s_off, cl_mem dst,
                                     size_t d_off, int B, int T, int H, int dh, int to_heads)
 {
-    return enqueue_sized(ctx, 4, src, s_off, dst, d_off, B, T, H, dh, to_heads);
+    return enqueue_typed(ctx, CLATTN_FLOAT32, src, s_off, CLATTN_FLOAT32, dst, d_off, B, T, H, dh,
+                         to_heads);
+}
+
+clattn_status clattn__enqueue_heads_typed(clattn_context *ctx, clattn_dtype xt, cl_mem src,
+                                          size_t s_off, clattn_dtype yt, cl_mem dst, size_t d_off,
+                                          int B, int T, int H, int dh, int to_heads)
+{
+    return enqueue_typed(ctx, xt, src, s_off, yt, dst, d_off, B, T, H, dh, to_heads);
 }
 
 /* seq is (B, T, H*dh); heads is (B*H, T, dh) or (B, H, T, dh). */
@@ -61,8 +74,8 @@ static clattn_status transpose(clattn_context *ctx, const clattn_tensor *seq, co
     CHECK_DRY_RUN(ctx, transpose(ctx, seq, seq_name, heads, heads_name, H, to_heads));
     CHECK_ST(check_pair(ctx, seq, seq_name, heads, heads_name, H));
     const clattn_tensor *src = to_heads ? seq : heads, *dst = to_heads ? heads : seq;
-    CHECK_ST(enqueue_sized(ctx, (int)clattn_dtype_size(seq->dtype), src->buf, src->offset,
-                           dst->buf, dst->offset, (int)seq->dims[0], (int)seq->dims[1], H,
+    CHECK_ST(enqueue_typed(ctx, src->dtype, src->buf, src->offset, dst->dtype, dst->buf,
+                           dst->offset, (int)seq->dims[0], (int)seq->dims[1], H,
                            (int)(seq->dims[2] / (size_t)H), to_heads));
 fail:
     return st;

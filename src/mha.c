@@ -77,7 +77,7 @@ static clattn_status check_mha(clattn_context *ctx, const clattn_tensor *q, cons
           clattn__shape_str(out, s1, sizeof s1), B, nq, os);
     if (weights) {
         size_t H = (size_t)w->num_heads;
-        CHECK_ST(clattn__check_tensor(ctx, weights, "weights", CLATTN_FLOAT32, 4, 4));
+        CHECK_ST(clattn__check_float_tensor(ctx, weights, "weights", 4, 4));
         CHECK(ctx, weights->dims[0] == B && weights->dims[1] == H && weights->dims[2] == nq &&
                        weights->dims[3] == nk,
               CLATTN_ERROR_SHAPE_MISMATCH, "weights: shape %s, expected (%zu, %zu, %zu, %zu)",
@@ -123,10 +123,11 @@ static clattn_status heads_fused(clattn_context *ctx, const clattn_tuning *att, 
                                  const clattn_dropout_params *drop, float scale,
                                  const clattn_tensor *lse)
 {
-    clattn_flash_operand q = clattn__flash_strided(buf, l->qp, nq * hid, dh, hid);
-    clattn_flash_operand k = clattn__flash_strided(buf, l->kp, nk * kvhid, dh, kvhid);
-    clattn_flash_operand v = clattn__flash_strided(buf, l->vp, nk * kvhid, dh, kvhid);
-    clattn_flash_operand o = clattn__flash_strided(buf, l->qh, nq * hid, dh, hid);
+    const clattn_dtype f32 = CLATTN_FLOAT32; /* the projections */
+    clattn_flash_operand q = clattn__flash_strided(buf, f32, l->qp, nq * hid, dh, hid);
+    clattn_flash_operand k = clattn__flash_strided(buf, f32, l->kp, nk * kvhid, dh, kvhid);
+    clattn_flash_operand v = clattn__flash_strided(buf, f32, l->vp, nk * kvhid, dh, kvhid);
+    clattn_flash_operand o = clattn__flash_strided(buf, f32, l->qh, nq * hid, dh, hid);
     clattn_flash_lse fl;
     return clattn__enqueue_flash(ctx, att, &q, &k, &v, &o, (int)(hid / kvhid), (int)dh, (int)dh,
                                  m, drop, scale, clattn__flash_lse(lse, &fl));

@@ -36,13 +36,13 @@ fail:
     return st;
 }
 
-/* t (rows, heads, cols) float32 */
+/* t (rows, heads, cols) float32, float16 or bfloat16 */
 static clattn_status check_packed(clattn_context *ctx, const clattn_tensor *t, const char *name,
                                   size_t rows, size_t heads, size_t cols, const char *what)
 {
     clattn_status st = CLATTN_SUCCESS;
     char s1[96];
-    CHECK_ST(clattn__check_tensor(ctx, t, name, CLATTN_FLOAT32, 3, 3));
+    CHECK_ST(clattn__check_float_tensor(ctx, t, name, 3, 3));
     CHECK(ctx, t->dims[0] == rows && t->dims[1] == heads && t->dims[2] == cols,
           CLATTN_ERROR_SHAPE_MISMATCH, "%s: shape %s, expected (%zu, %zu, %zu) (%s)", name,
           clattn__shape_str(t, s1, sizeof s1), rows, heads, cols, what);
@@ -55,8 +55,8 @@ static clattn_status check_tensors(clattn_context *ctx, const clattn_tensor *Q,
                                    const clattn_tensor *out)
 {
     clattn_status st = CLATTN_SUCCESS;
-    CHECK_ST(clattn__check_tensor(ctx, Q, "Q", CLATTN_FLOAT32, 3, 3));
-    CHECK_ST(clattn__check_tensor(ctx, K, "K", CLATTN_FLOAT32, 3, 3));
+    CHECK_ST(clattn__check_float_tensor(ctx, Q, "Q", 3, 3));
+    CHECK_ST(clattn__check_float_tensor(ctx, K, "K", 3, 3));
     size_t Hq = Q->dims[1], Hkv = K->dims[1];
     CHECK(ctx, Hq % Hkv == 0, CLATTN_ERROR_SHAPE_MISMATCH,
           "K: %zu heads do not divide Q's %zu", Hkv, Hq);
@@ -143,13 +143,15 @@ static clattn_status seq_fused(clattn_context *ctx, const varlen_plan *p, int b,
                                const clattn_mask_args *m, const clattn_dropout_params *drop)
 {
     size_t q0 = (size_t)p->cq[b], k0 = (size_t)p->ck[b], Hq = (size_t)p->Hq, Hkv = (size_t)p->Hkv;
-    clattn_flash_operand fq = clattn__flash_strided(Q->buf, Q->offset + q0 * Hq * p->d, 0,
-                                                    (size_t)p->d, Hq * p->d);
-    clattn_flash_operand fk = clattn__flash_strided(K->buf, K->offset + k0 * Hkv * p->d, 0,
-                                                    (size_t)p->d, Hkv * p->d);
-    clattn_flash_operand fv = clattn__flash_strided(V->buf, V->offset + k0 * Hkv * p->dv, 0,
+    clattn_flash_operand fq = clattn__flash_strided(Q->buf, Q->dtype, Q->offset + q0 * Hq * p->d,
+                                                    0, (size_t)p->d, Hq * p->d);
+    clattn_flash_operand fk = clattn__flash_strided(K->buf, K->dtype, K->offset + k0 * Hkv * p->d,
+                                                    0, (size_t)p->d, Hkv * p->d);
+    clattn_flash_operand fv = clattn__flash_strided(V->buf, V->dtype,
+                                                    V->offset + k0 * Hkv * p->dv, 0,
                                                     (size_t)p->dv, Hkv * p->dv);
-    clattn_flash_operand fo = clattn__flash_strided(out->buf, out->offset + q0 * Hq * p->dv, 0,
+    clattn_flash_operand fo = clattn__flash_strided(out->buf, out->dtype,
+                                                    out->offset + q0 * Hq * p->dv, 0,
                                                     (size_t)p->dv, Hq * p->dv);
     clattn_flash_lse fl = {p->lse ? p->lse->buf : NULL,
                            p->lse ? (int)(p->lse->offset + q0 * Hq) : 0, p->Hq};
@@ -171,12 +173,13 @@ static clattn_status seq_unfused(clattn_context *ctx, const varlen_plan *p, int 
     size_t oq = 0, ok = oq + nqh * p->d, ov = ok + nkh * p->d, oo = ov + nkh * p->dv;
     size_t ol = oo + nqh * p->dv, total = ol + (p->lse ? nqh : 0);
     CHECK_ST(clattn__scratch(ctx, CLATTN_SCRATCH_MODULE, total * 4, &buf));
-    CHECK_ST(clattn__enqueue_heads(ctx, Q->buf, Q->offset + q0 * Hq * p->d, buf, oq, 1, nq,
-                                   p->Hq, p->d, 1));
-    CHECK_ST(clattn__enqueue_heads(ctx, K->buf, K->offset + k0 * Hkv * p->d, buf, ok, 1, nk,
-                                   p->Hkv, p->d, 1));
-    CHECK_ST(clattn__enqueue_heads(ctx, V->buf, V->offset + k0 * Hkv * p->dv, buf, ov, 1, nk,
-                                   p->Hkv, p->dv, 1));
+    const clattn_dtype f32 = CLATTN_FLOAT32; /* the scratch: 16-bit operands converted */
+    CHECK_ST(clattn__enqueue_heads_typed(ctx, Q->dtype, Q->buf, Q->offset + q0 * Hq * p->d, f32,
+                                         buf, oq, 1, nq, p->Hq, p->d, 1));
+    CHECK_ST(clattn__enqueue_heads_typed(ctx, K->dtype, K->buf, K->offset + k0 * Hkv * p->d, f32,
+                                         buf, ok, 1, nk, p->Hkv, p->d, 1));
+    CHECK_ST(clattn__enqueue_heads_typed(ctx, V->dtype, V->buf, V->offset + k0 * Hkv * p->dv,
+                                         f32, buf, ov, 1, nk, p->Hkv, p->dv, 1));
     clattn_tensor tq = clattn_view(buf, CLATTN_FLOAT32, oq, 4, (size_t[]){1, Hq, nq, p->d});
     clattn_tensor tk = clattn_view(buf, CLATTN_FLOAT32, ok, 4, (size_t[]){1, Hkv, nk, p->d});
     clattn_tensor tv = clattn_view(buf, CLATTN_FLOAT32, ov, 4, (size_t[]){1, Hkv, nk, p->dv});
@@ -184,8 +187,8 @@ static clattn_status seq_unfused(clattn_context *ctx, const varlen_plan *p, int 
     clattn_tensor tl = clattn_view(buf, CLATTN_FLOAT32, ol, 3, (size_t[]){1, Hq, nq});
     CHECK_ST(clattn__attention_core(ctx, &tq, &tk, &tv, m, drop, p->scale, &to, NULL,
                                     p->lse ? &tl : NULL));
-    CHECK_ST(clattn__enqueue_heads(ctx, buf, oo, out->buf, out->offset + q0 * Hq * p->dv, 1, nq,
-                                   p->Hq, p->dv, 0));
+    CHECK_ST(clattn__enqueue_heads_typed(ctx, f32, buf, oo, out->dtype, out->buf,
+                                         out->offset + q0 * Hq * p->dv, 1, nq, p->Hq, p->dv, 0));
     if (p->lse)
         CHECK_ST(clattn__enqueue_heads(ctx, buf, ol, p->lse->buf, p->lse->offset + q0 * Hq, 1,
                                        nq, p->Hq, 1, 0));
@@ -207,7 +210,7 @@ static clattn_status run_seq(clattn_context *ctx, const varlen_plan *p, int b,
         return CLATTN_SUCCESS;
     if (nk == 0) { /* the sequence's output rows and LSEs, contiguous */
         size_t no = rows * (size_t)p->dv;
-        clattn_tensor o = clattn_view(out->buf, CLATTN_FLOAT32, out->offset + q0 * p->dv, 1, &no);
+        clattn_tensor o = clattn_view(out->buf, out->dtype, out->offset + q0 * p->dv, 1, &no);
         CHECK_ST(clattn__fill(ctx, &o, 0.0f, "varlen: a sequence without keys"));
         if (p->lse) {
             clattn_tensor l = clattn_view(p->lse->buf, CLATTN_FLOAT32, p->lse->offset + q0, 1,

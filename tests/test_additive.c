@@ -18,7 +18,8 @@ typedef struct {
     float p;
     unsigned long long seed;
     int no_weights;
-    clattn_dtype xt, wt, ot; /* the inputs', W_q's and W_k's (w_v is float32), and out's dtypes */
+    clattn_dtype xt, wt, ot; /* the inputs', W_q's, W_k's and w_v's, and out's dtypes */
+    clattn_dtype awt;         /* the attention weights' */
 } add_case;
 
 static void ref_scores(const add_case *c, const double *qp, const double *kp, const float *wv,
@@ -56,6 +57,7 @@ static void run(const add_case *c)
     h_round(v, vn, c->xt);
     h_round(Wq, h * c->qs, c->wt);
     h_round(Wk, h * c->ks, c->wt);
+    h_round(wv, h, c->wt);
     h_mask hm;
     h_mask_make(&hm, &c->mask, 3, H_DIMS(B, nq, nk));
     clattn_tensor tq = h_tensor_as(c->xt, 3, H_DIMS(B, nq, c->qs), q);
@@ -63,9 +65,9 @@ static void run(const add_case *c)
     clattn_tensor tv = h_tensor_as(c->xt, 3, H_DIMS(B, nk, c->vs), v);
     clattn_tensor tWq = h_tensor_as(c->wt, 2, H_DIMS(h, c->qs), Wq);
     clattn_tensor tWk = h_tensor_as(c->wt, 2, H_DIMS(h, c->ks), Wk);
-    clattn_tensor twv = h_tensor(CLATTN_FLOAT32, 2, H_DIMS(1, h), wv);
+    clattn_tensor twv = h_tensor_as(c->wt, 2, H_DIMS(1, h), wv);
     clattn_tensor to = h_tensor(c->ot, 3, H_DIMS(B, nq, c->vs), NULL);
-    clattn_tensor tw = h_tensor(CLATTN_FLOAT32, 3, H_DIMS(B, nq, nk), NULL);
+    clattn_tensor tw = h_tensor(c->awt, 3, H_DIMS(B, nq, nk), NULL);
     clattn_tensor tl = h_tensor(CLATTN_FLOAT32, 2, H_DIMS(B, nq), NULL);
     h_poison(&to);
     h_poison(&tw);
@@ -115,9 +117,11 @@ static void run(const add_case *c)
     double *osc = scale_of(ro, B * nq * c->vs, vmax * (c->p > 0 && c->p < 1 ? 1 / (1 - c->p) : 1) +
                                                    h_subnormal_step(c->ot) / tol);
     h_assert_scaled(go, ro, osc, B * nq * c->vs, tol, what);
-    if (!c->no_weights) {
-        float *gw = h_read(&tw);
-        h_assert_close(gw, rw, sn, W_RTOL, W_ATOL, what);
+    if (!c->no_weights) { /* 16-bit weights: rounded once (as out above) */
+        double u = c->awt ? h_unit_roundoff(c->awt) : 0;
+        float *gw = h_read_float(&tw);
+        h_assert_close(gw, rw, sn, W_RTOL + u * (1 + W_RTOL),
+                       W_ATOL * (1 + u) + h_subnormal_step(c->awt), what);
         free(gw);
     }
     float *gl = h_read(&tl);
@@ -168,8 +172,9 @@ static void test_dropout(void **s)
 
 /* d2l 11.3.2: keys of ones make every valid key's score equal: uniform weights over the valid
  * prefix, output = mean of the valid values of arange(40) reshaped (1, 10, 4). */
-/* 16-bit queries, keys, values, W_q and W_k, and out, in combinations that put each dtype in
- * each place, with lengths and dropout, with and without the weights. */
+/* 16-bit queries, keys, values, W_q, W_k and w_v, out and the weights (out's dtype), in
+ * combinations that put each dtype in each place, with lengths and dropout, with and without the
+ * weights. */
 static void test_16bit(void **s)
 {
     (void)s;
@@ -181,8 +186,9 @@ static void test_16bit(void **s)
         clattn_dtype xt = combos[i][0], wt = combos[i][1], ot = combos[i][2];
         if (h_small() && i == 0) /* Oclgrind: two combinations (every dtype once) */
             continue;
-        CASES({2, 5, 7, 6, 9, 11, 8, {H_LENS_1D}, .xt = xt, .wt = wt, .ot = ot},
-              {2, 5, 7, 6, 9, 11, 8, {H_LENS_2D}, 0.3f, 5, .xt = xt, .wt = wt, .ot = ot},
+        CASES({2, 5, 7, 6, 9, 11, 8, {H_LENS_1D}, .xt = xt, .wt = wt, .ot = ot, .awt = ot},
+              {2, 5, 7, 6, 9, 11, 8, {H_LENS_2D}, 0.3f, 5, .xt = xt, .wt = wt, .ot = ot,
+               .awt = ot},
               {1, 3, 13, 4, 4, 17, 16, .no_weights = 1, .xt = xt, .wt = wt, .ot = ot});
     }
 }
@@ -228,30 +234,67 @@ static void test_toy_example(void **s)
         clattn_tensor_release(ts[i]);
 }
 
-static void test_scores_op(void **s)
+/* The scores op alone: qp, kp, w_v and scores of every dtype (float32 throughout, then each in
+ * 16 bits in turn), hidden sizes past the vector width with a tail and without. */
+static void scores_op(int H, clattn_dtype qt, clattn_dtype kt, clattn_dtype wt, clattn_dtype st)
 {
-    (void)s;
-    add_case c = {2, 7, 9, 0, 0, 0, 13};
-    size_t qn = 2 * 7 * 13, kn = 2 * 9 * 13, sn = 2 * 7 * 9;
-    float *qp = malloc(qn * 4), *kp = malloc(kn * 4), wv[13];
-    h_fill(qp, qn, -2, 2); h_fill(kp, kn, -2, 2); h_fill(wv, 13, -1, 1);
-    clattn_tensor tq = h_tensor(CLATTN_FLOAT32, 3, H_DIMS(2, 7, 13), qp);
-    clattn_tensor tk = h_tensor(CLATTN_FLOAT32, 3, H_DIMS(2, 9, 13), kp);
-    clattn_tensor tw = h_tensor(CLATTN_FLOAT32, 1, H_DIMS(13), wv);
-    clattn_tensor ts = h_tensor(CLATTN_FLOAT32, 3, H_DIMS(2, 7, 9), NULL);
+    add_case c = {2, 7, 9, 0, 0, 0, H};
+    size_t qn = 2 * 7 * (size_t)H, kn = 2 * 9 * (size_t)H, sn = 2 * 7 * 9;
+    float *qp = malloc(qn * 4), *kp = malloc(kn * 4), *wv = malloc((size_t)H * 4);
+    h_fill(qp, qn, -2, 2); h_fill(kp, kn, -2, 2); h_fill(wv, (size_t)H, -1, 1);
+    h_round(qp, qn, qt); h_round(kp, kn, kt); h_round(wv, (size_t)H, wt);
+    clattn_tensor tq = h_tensor_as(qt, 3, H_DIMS(2, 7, H), qp);
+    clattn_tensor tk = h_tensor_as(kt, 3, H_DIMS(2, 9, H), kp);
+    clattn_tensor tw = h_tensor_as(wt, 1, H_DIMS(H), wv);
+    clattn_tensor ts = h_tensor(st, 3, H_DIMS(2, 7, 9), NULL);
     h_poison(&ts);
     assert_int_equal(clattn_additive_scores(h_ctx, &tq, &tk, &tw, &ts), CLATTN_SUCCESS);
     double *qd = ref_to_double(qp, qn), *kd = ref_to_double(kp, kn), *ref = malloc(sn * 8);
     ref_scores(&c, qd, kd, wv, ref);
-    double swv = 0;
-    for (int i = 0; i < 13; i++)
+    /* a 16-bit score: rounded once (u of at most the scale; float16's subnormal step) */
+    double swv = 0, tol = SCORE_TOL + (st ? h_unit_roundoff(st) : 0) * (1 + SCORE_TOL);
+    for (int i = 0; i < H; i++)
         swv += fabs(wv[i]);
-    double *sc = scale_of(ref, sn, swv);
-    float *got = h_read(&ts);
-    h_assert_scaled(got, ref, sc, sn, SCORE_TOL, "additive_scores");
-    free(got); free(sc); free(qd); free(kd); free(ref); free(qp); free(kp);
+    double *sc = scale_of(ref, sn, swv + h_subnormal_step(st) / tol);
+    char what[120];
+    snprintf(what, sizeof what, "additive_scores H=%d qp/kp/w_v/scores %s/%s/%s/%s", H,
+             h_dtype_name(qt), h_dtype_name(kt), h_dtype_name(wt), h_dtype_name(st));
+    float *got = h_read_float(&ts);
+    h_assert_scaled(got, ref, sc, sn, tol, what);
+    free(got); free(sc); free(qd); free(kd); free(ref); free(qp); free(kp); free(wv);
     clattn_tensor_release(&tq); clattn_tensor_release(&tk);
     clattn_tensor_release(&tw); clattn_tensor_release(&ts);
+}
+
+static void test_scores_op(void **s)
+{
+    (void)s;
+    const clattn_dtype f32 = CLATTN_FLOAT32, f16 = CLATTN_FLOAT16, bf16 = CLATTN_BFLOAT16;
+    scores_op(13, f32, f32, f32, f32);
+    scores_op(13, f16, bf16, f16, bf16);
+    scores_op(16, bf16, f16, bf16, f16);
+    scores_op(5, f32, f16, bf16, f32);
+}
+
+/* int32 where a float is needed; nothing is written. */
+static void test_16bit_bad_input(void **s)
+{
+    (void)s;
+    float z[2 * 7 * 8] = {0}, o[2 * 7 * 7];
+    h_fill(o, 98, 5, 6);
+    clattn_tensor tq = h_tensor_as(CLATTN_FLOAT16, 3, H_DIMS(2, 7, 8), z);
+    clattn_tensor ti = h_tensor(CLATTN_INT32, 3, H_DIMS(2, 7, 8), NULL);
+    clattn_tensor tw = h_tensor_as(CLATTN_BFLOAT16, 1, H_DIMS(8), z);
+    clattn_tensor twi = h_tensor(CLATTN_INT32, 1, H_DIMS(8), NULL);
+    clattn_tensor ts = h_tensor(CLATTN_FLOAT32, 3, H_DIMS(2, 7, 7), o);
+    h_assert_error(clattn_additive_scores(h_ctx, &ti, &tq, &tw, &ts), CLATTN_ERROR_INVALID_TENSOR,
+                   "qp: dtype int32");
+    h_assert_error(clattn_additive_scores(h_ctx, &tq, &tq, &twi, &ts),
+                   CLATTN_ERROR_INVALID_TENSOR, "w_v: dtype int32");
+    h_assert_bytes(&ts, o, "scores of a refused additive_scores");
+    clattn_tensor *ts_[] = {&tq, &ti, &tw, &twi, &ts};
+    for (size_t i = 0; i < 5; i++)
+        clattn_tensor_release(ts_[i]);
 }
 
 int main(void)
@@ -259,7 +302,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_shapes), cmocka_unit_test(test_masks), cmocka_unit_test(test_dropout),
         cmocka_unit_test(test_toy_example), cmocka_unit_test(test_16bit),
-        cmocka_unit_test(test_scores_op),
+        cmocka_unit_test(test_scores_op), cmocka_unit_test(test_16bit_bad_input),
     };
     return cmocka_run_group_tests(tests, h_setup, h_teardown);
 }

@@ -24,6 +24,7 @@ typedef struct {
     float scale; /* opts.scale; 0 means the default 1/sqrt(d) */
     int nan_k, nan_v; /* > 0: row nan_k - 1 of K (nan_v - 1 of V) is NaN in every batch */
     int hkv; /* nlead 2: K and V have (lead[0], hkv) leading dims (grouped-query); 0: Q's */
+    clattn_dtype qt, kt, vt, ot, wt; /* the tensors' dtypes (0: float32) */
 } att_case;
 
 static size_t batch_of(const att_case *c)
@@ -48,16 +49,17 @@ static size_t kv_batch_of(const att_case *c)
     return c->nlead == 0 ? 1 : c->nlead == 1 ? l[0] : l[0] * l[1];
 }
 
-static clattn_tensor make(const att_case *c, size_t rows, size_t cols, const float *host)
+/* A tensor of dtype dt with Q's leading dims (kv 0) or K's and V's (kv 1), then (rows, cols). */
+static clattn_tensor make_as(const att_case *c, clattn_dtype dt, int kv, size_t rows, size_t cols,
+                             const float *host)
 {
-    return h_batched(c->nlead, c->lead, rows, cols, host);
-}
-
-static clattn_tensor make_kv(const att_case *c, size_t rows, size_t cols, const float *host)
-{
-    size_t l[2];
-    kv_lead(c, l);
-    return h_batched(c->nlead, l, rows, cols, host);
+    size_t dims[4];
+    kv_lead(c, dims);
+    if (!kv)
+        memcpy(dims, c->lead, sizeof(size_t) * c->nlead);
+    dims[c->nlead] = rows;
+    dims[c->nlead + 1] = cols;
+    return h_tensor_as(dt, c->nlead + 2, dims, host);
 }
 
 /* opts.lse for c: Q's leading dims and its rows */
@@ -84,14 +86,20 @@ static double *expand_kv(const att_case *c, const double *x, size_t rows, size_t
     return out;
 }
 
-/* |out - ref| <= OUT_TOL * max(|ref|, sum_k w |v|) */
+/* |out - ref| <= OUT_TOL * max(|ref|, sum_k w |v|). A 16-bit out is the float32 result rounded
+ * once: a relative error of at most its unit roundoff u on a value within OUT_TOL of the scale
+ * (tolerance OUT_TOL + u (1 + OUT_TOL)), or in float16's subnormal range half a step (added to
+ * the scale as step / tol). */
 static void assert_out(const float *got, const double *ref, const double *w, const double *v,
                        const att_case *c, size_t nb, const char *what)
 {
     size_t n = nb * c->nq * c->dv;
     double *scale = malloc(n * sizeof *scale);
+    double tol = OUT_TOL + (c->ot ? h_unit_roundoff(c->ot) : 0) * (1 + OUT_TOL);
     ref_attention_scale(nb, c->nq, c->nk, c->dv, w, v, ref, scale);
-    h_assert_scaled(got, ref, scale, n, OUT_TOL, what);
+    for (size_t i = 0; i < n; i++)
+        scale[i] += h_subnormal_step(c->ot) / tol;
+    h_assert_scaled(got, ref, scale, n, tol, what);
     free(scale);
 }
 
@@ -142,9 +150,13 @@ static void run_mode(const att_case *c)
     float *q, *k, *v;
     h_mask hm;
     make_inputs(c, &q, &k, &v, &hm);
-    clattn_tensor tq = make(c, nq, c->d, q), tk = make_kv(c, nk, c->d, k);
-    clattn_tensor tv = make_kv(c, nk, c->dv, v);
-    clattn_tensor to = make(c, nq, c->dv, NULL), tw = make(c, nq, nk, NULL);
+    h_round(q, qn, c->qt); /* the reference takes the stored values */
+    h_round(k, kn, c->kt);
+    h_round(v, vn, c->vt);
+    clattn_tensor tq = make_as(c, c->qt, 0, nq, c->d, q), tk = make_as(c, c->kt, 1, nk, c->d, k);
+    clattn_tensor tv = make_as(c, c->vt, 1, nk, c->dv, v);
+    clattn_tensor to = make_as(c, c->ot, 0, nq, c->dv, NULL);
+    clattn_tensor tw = make_as(c, c->wt, 0, nq, nk, NULL);
     clattn_tensor tl = make_lse(c);
     h_poison(&to);
     h_poison(&tw);
@@ -163,11 +175,12 @@ static void run_mode(const att_case *c)
     char what[200];
     snprintf(what, sizeof what,
              "attention batch %zu (kv %zu) Q=%d K=%d d=%d dv=%d lens %d mask %d/%d causal %d "
-             "fill %g p=%g scale %g qscale %g nan k/v %d/%d %s", nb, nkb, c->nq, c->nk, c->d,
-             c->dv, c->mask.lens, c->mask.mask_rank, c->mask.mask_prefix, c->mask.causal,
-             c->mask.fill, c->p, scale, c->qscale, c->nan_k, c->nan_v,
-             c->no_weights ? "no weights" : "weights");
-    float *go = h_read(&to);
+             "fill %g p=%g scale %g qscale %g nan k/v %d/%d %s, Q/K/V/out/weights %s/%s/%s/%s/%s",
+             nb, nkb, c->nq, c->nk, c->d, c->dv, c->mask.lens, c->mask.mask_rank,
+             c->mask.mask_prefix, c->mask.causal, c->mask.fill, c->p, scale, c->qscale, c->nan_k,
+             c->nan_v, c->no_weights ? "no weights" : "weights", h_dtype_name(c->qt),
+             h_dtype_name(c->kt), h_dtype_name(c->vt), h_dtype_name(c->ot), h_dtype_name(c->wt));
+    float *go = h_read_float(&to);
     double *wd = rw;
     if (c->p > 0) { /* the output uses the dropped weights */
         wd = malloc(wn * 8);
@@ -175,9 +188,11 @@ static void run_mode(const att_case *c)
         ref_dropout(wd, wn, 0, c->seed, 0, c->p);
     }
     assert_out(go, ro, wd, vd, c, nb, what);
-    if (!c->no_weights) {
-        float *gw = h_read(&tw);
-        h_assert_close(gw, rw, wn, W_RTOL, W_ATOL, what);
+    if (!c->no_weights) { /* 16-bit weights: rounded once, as a 16-bit out above */
+        double u = c->wt ? h_unit_roundoff(c->wt) : 0;
+        float *gw = h_read_float(&tw);
+        h_assert_close(gw, rw, wn, W_RTOL + u * (1 + W_RTOL),
+                       W_ATOL * (1 + u) + h_subnormal_step(c->wt), what);
         free(gw);
     }
     double *rl = malloc(nb * nq * 8), *mag = malloc(nb * nq * 8);
@@ -198,12 +213,20 @@ static void run_mode(const att_case *c)
     free(ro);
 }
 
+/* Under Oclgrind (CLATTN_TEST_SMALL) the biggest cases are skipped. */
+#define SMALL_WORK 200000
+
+static int too_big(const att_case *c)
+{
+    return h_small() && batch_of(c) * (size_t)c->nq * c->nk * (c->d + c->dv) > SMALL_WORK;
+}
+
 /* Each case runs with the weights requested (the unfused chain) and without (the fused kernel,
  * unless CLATTN_TUNE says attention=unfused): both must match the reference. */
 static void run(const att_case *c)
 {
-    if (h_small() && batch_of(c) * (size_t)c->nq * c->nk * (c->d + c->dv) > 200000)
-        return; /* the biggest cases are skipped under Oclgrind (CLATTN_TEST_SMALL) */
+    if (too_big(c))
+        return;
     att_case fused = *c;
     fused.no_weights = 1;
     if (!c->no_weights)
@@ -568,9 +591,10 @@ static float *fused_with(const char *tuning, const att_case *c, const float *q, 
     if (clattn_context_wrap(&ctx, clattn_context_cl(h_ctx), clattn_context_device(h_ctx),
                             clattn_context_queue(h_ctx), &p) != CLATTN_SUCCESS)
         fail_msg("%s: %s", tuning, clattn_last_error(NULL));
-    clattn_tensor tq = make(c, c->nq, c->d, q), tk = make_kv(c, c->nk, c->d, k);
-    clattn_tensor tv = make_kv(c, c->nk, c->dv, v), to = make(c, c->nq, c->dv, NULL);
-    clattn_tensor tl = make_lse(c);
+    clattn_tensor tq = make_as(c, c->qt, 0, c->nq, c->d, q);
+    clattn_tensor tk = make_as(c, c->kt, 1, c->nk, c->d, k);
+    clattn_tensor tv = make_as(c, c->vt, 1, c->nk, c->dv, v);
+    clattn_tensor to = make_as(c, c->ot, 0, c->nq, c->dv, NULL), tl = make_lse(c);
     h_poison(&to);
     h_poison(&tl);
     clattn_attention_opts opts = make_opts(c, hm);
@@ -578,7 +602,7 @@ static float *fused_with(const char *tuning, const att_case *c, const float *q, 
     if (clattn_dot_product_attention(ctx, &tq, &tk, &tv, &opts, &to, NULL) != CLATTN_SUCCESS)
         fail_msg("%s: %s", tuning, clattn_last_error(ctx));
     size_t on = clattn_tensor_numel(&to), ln = clattn_tensor_numel(&tl);
-    float *o = h_read(&to), *l = h_read(&tl);
+    float *o = h_read_float(&to), *l = h_read(&tl);
     o = realloc(o, (on + ln) * sizeof *o);
     memcpy(o + on, l, ln * sizeof *l); /* the output, then the LSEs */
     *scratch = clattn_context_scratch_bytes(ctx);
@@ -642,6 +666,75 @@ static void test_alibi(void **s)
                                       .alibi_dims = {2}, .alibi_mag = 0.01}});
 }
 
+#define F16 CLATTN_FLOAT16
+#define BF16 CLATTN_BFLOAT16
+#define F32 CLATTN_FLOAT32
+/* 16-bit Q, K, V, out and weights in combinations that put each dtype in each place, on the fused
+ * and unfused paths, against the reference on the stored (rounded) inputs: awkward and
+ * whole-block shapes (a 16-bit V is packed where a float32 one is read in place), lengths with
+ * 0, causal, a 0/1 mask, windows, a bias and ALiBi, grouped heads, dropout, large logits, NaN
+ * values. Under Oclgrind two combinations (every dtype in every place) and the small cases. */
+static void test_16bit(void **s)
+{
+    (void)s;
+    static const int l1[] = {0, 13, 1, 7};
+    static const clattn_dtype combos[3][5] = {{F16, F16, F16, F16, F16},
+                                              {BF16, BF16, BF16, F32, BF16},
+                                              {F32, F16, BF16, BF16, F32}};
+    for (int i = 0; i < 3; i++) {
+        const clattn_dtype *t = combos[i];
+#define T16 .qt = t[0], .kt = t[1], .vt = t[2], .ot = t[3], .wt = t[4]
+        if (h_small() && i == 1)
+            continue;
+        CASES({1, {3}, 97, 131, 59, 23, T16}, {1, {3}, 37, 128, 24, 32, T16},
+              {1, {4}, 5, 13, 8, 6, {H_LENS_1D, 0, l1}, T16},
+              {1, {2}, 12, 7, 8, 3, {.causal = 1}, T16},
+              {2, {2, 3}, 6, 19, 5, 7, {.mask_rank = 4, .mask_dims = {2, 1, 1, 19}}, T16},
+              {1, {2}, 20, 120, 8, 8, {.window = 1, .window_left = 10, .window_right = 10,
+                                       .align = 1}, .nan_v = 118, T16},
+              /* a NaN value row in the key block below every window: the skipped blocks' sums
+               * read the packed float32 rows (CPU shape) or V itself (GPU shape) */
+              {1, {2}, 20, 120, 8, 8, {.window = 1, .window_left = 10, .window_right = 10,
+                                       .align = 1, .fill = -INFINITY}, .nan_v = 50, T16},
+              {2, {2, 4}, 5, 40, 16, 16, {.causal = 1, .align = 1, .bias_rank = 4,
+                                          .bias_dims = {2, 4, 5, 40}, .alibi_rank = 1,
+                                          .alibi_dims = {4}}, .hkv = 2, T16},
+              {1, {3}, 5, 9, 4, 6, {H_LENS_1D}, .p = 0.5f, .seed = 99, T16},
+              {1, {2}, 8, 40, 32, 8, {H_LENS_2D, .causal = 1}, .qscale = 100, T16});
+#undef T16
+    }
+}
+
+/* int32 where a float is needed, on every tensor argument; nothing is written. */
+static void test_16bit_bad_input(void **s)
+{
+    (void)s;
+    float z[2 * 4 * 8] = {0}, o[2 * 4 * 8];
+    h_fill(o, 64, 5, 6);
+    clattn_tensor tq = h_tensor_as(F16, 3, H_DIMS(2, 4, 8), z);
+    clattn_tensor tk = h_tensor_as(BF16, 3, H_DIMS(2, 4, 8), z);
+    clattn_tensor tv = h_tensor_as(F16, 3, H_DIMS(2, 4, 8), z);
+    clattn_tensor ti = h_tensor(CLATTN_INT32, 3, H_DIMS(2, 4, 8), NULL);
+    clattn_tensor to = h_tensor(F32, 3, H_DIMS(2, 4, 8), o);
+    clattn_tensor tw = h_tensor(F32, 3, H_DIMS(2, 4, 4), o);
+    clattn_tensor tiw = h_tensor(CLATTN_INT32, 3, H_DIMS(2, 4, 4), NULL);
+    h_assert_error(clattn_dot_product_attention(h_ctx, &ti, &tk, &tv, NULL, &to, &tw),
+                   CLATTN_ERROR_INVALID_TENSOR, "Q: dtype int32");
+    h_assert_error(clattn_dot_product_attention(h_ctx, &tq, &ti, &tv, NULL, &to, &tw),
+                   CLATTN_ERROR_INVALID_TENSOR, "K: dtype int32");
+    h_assert_error(clattn_dot_product_attention(h_ctx, &tq, &tk, &ti, NULL, &to, &tw),
+                   CLATTN_ERROR_INVALID_TENSOR, "V: dtype int32");
+    h_assert_error(clattn_dot_product_attention(h_ctx, &tq, &tk, &tv, NULL, &ti, &tw),
+                   CLATTN_ERROR_INVALID_TENSOR, "out: dtype int32");
+    h_assert_error(clattn_dot_product_attention(h_ctx, &tq, &tk, &tv, NULL, &to, &tiw),
+                   CLATTN_ERROR_INVALID_TENSOR, "weights: dtype int32");
+    h_assert_bytes(&to, o, "out of a refused attention");
+    h_assert_bytes(&tw, o, "weights of a refused attention");
+    clattn_tensor *ts[] = {&tq, &tk, &tv, &ti, &to, &tw, &tiw};
+    for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
+        clattn_tensor_release(ts[i]);
+}
+
 /* The fused GPU kernel over its keys in several launches (a loop budget, LOOPS) computes bit for
  * bit what one launch does, outputs and LSEs: rows that stop early (lengths, causal), values past the stop that are
  * NaN, -inf fills, dropout, huge scores, the largest head sizes. The split shows in the scratch:
@@ -666,10 +759,14 @@ static void test_split_launches(void **s)
                                  .fill = -1.0f}, .qscale = 2},
         {0, {0}, 20, 400, 8, 8, {.window = 1, .window_left = 10, .window_right = 10, .align = 1,
                                  .fill = -INFINITY}, .nan_v = 5},
+        /* 16-bit operands: a 16-bit out keeps the split's partial outputs in float32 */
+        {0, {0}, 4, 500, 16, 8, {.causal = 1, .align = 1}, .qt = CLATTN_FLOAT16,
+         .kt = CLATTN_BFLOAT16, .vt = CLATTN_FLOAT16, .ot = CLATTN_FLOAT16},
+        {1, {2}, 9, 500, 32, 24, {H_LENS_2D}, .vt = CLATTN_BFLOAT16, .ot = CLATTN_BFLOAT16},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         const att_case *c = &cases[i];
-        if (h_small() && batch_of(c) * (size_t)c->nq * c->nk * (c->d + c->dv) > 200000)
+        if (too_big(c))
             continue;
         float *q, *k, *v;
         h_mask hm;
@@ -701,7 +798,8 @@ int main(void)
         cmocka_unit_test(test_dropout_reproducible), cmocka_unit_test(test_explicit_scale),
         cmocka_unit_test(test_neg_inf_fill), cmocka_unit_test(test_huge_scores),
         cmocka_unit_test(test_bias),
-        cmocka_unit_test(test_alibi),
+        cmocka_unit_test(test_alibi), cmocka_unit_test(test_16bit),
+        cmocka_unit_test(test_16bit_bad_input),
         cmocka_unit_test(test_identical_keys_huge), cmocka_unit_test(test_nan_in_blocked_rows),
         cmocka_unit_test(test_many_head_sizes), cmocka_unit_test(test_long_keys),
         cmocka_unit_test(test_split_launches),  cmocka_unit_test(test_grouped_query),

@@ -861,8 +861,10 @@ static clattn_status wrap_with(cl_context c, cl_device_id d, cl_command_queue q)
       clattn_convert(CTX, &O, &h16_bad))                                                       \
     X(convert_overlap, INVALID_ARGUMENT, "y: overlaps x", clattn_convert(CTX, &q253, &h16_over)) \
     X(convert_y_int32, INVALID_TENSOR, "y: dtype int32", clattn_convert(CTX, &b16, &i32v))     \
-    X(attention_q_float16, INVALID_TENSOR, "Q: dtype float16, expected float32",               \
-      clattn_dot_product_attention(CTX, &h16_bad, &Kk, &V, NULL, &O, NULL))
+    X(attention_q_int32, INVALID_TENSOR, "Q: dtype int32, expected float32, float16 or "        \
+      "bfloat16", clattn_dot_product_attention(CTX, &i32v, &Kk, &V, NULL, &O, NULL))            \
+    X(merge_out_float16, INVALID_TENSOR, "out: dtype float16, expected float32",               \
+      clattn_attention_merge(CTX, 2, mparts, mlses, &h16, &lse_y))
 
 typedef struct {
     const char *name;

@@ -20,6 +20,7 @@ typedef struct {
     float p;      /* dropout */
     unsigned long long seed;
     int no_lse;
+    clattn_dtype qt, kt, vt, ot; /* the tensors' dtypes (0: float32) */
 } vl_case;
 
 static int key_len(const vl_case *c, int b)
@@ -109,6 +110,9 @@ static void run(const vl_case *c)
     h_fill(q, nq * c->d, -1, 1);
     h_fill(k, nk * c->d, -1, 1);
     h_fill(v, nk * c->dv, -1, 1);
+    h_round(q, nq * c->d, c->qt); /* the reference takes the stored values */
+    h_round(k, nk * c->d, c->kt);
+    h_round(v, nk * c->dv, c->vt);
     size_t ns = c->alibi == 2 ? (size_t)c->B * c->Hq : (size_t)c->Hq;
     float *sf = malloc(ns * 4);
     double *sd = malloc(ns * 8);
@@ -117,10 +121,10 @@ static void run(const vl_case *c)
         sd[i] = sf[i];
     /* tensors need a row: a batch of empty sequences still has none */
     size_t tq1 = tq ? tq : 1, tk1 = tk ? tk : 1;
-    clattn_tensor TQ = h_tensor(CLATTN_FLOAT32, 3, H_DIMS(tq1, c->Hq, c->d), tq ? q : NULL);
-    clattn_tensor TK = h_tensor(CLATTN_FLOAT32, 3, H_DIMS(tk1, c->Hkv, c->d), tk ? k : NULL);
-    clattn_tensor TV = h_tensor(CLATTN_FLOAT32, 3, H_DIMS(tk1, c->Hkv, c->dv), tk ? v : NULL);
-    clattn_tensor TO = h_tensor(CLATTN_FLOAT32, 3, H_DIMS(tq1, c->Hq, c->dv), NULL);
+    clattn_tensor TQ = h_tensor_as(c->qt, 3, H_DIMS(tq1, c->Hq, c->d), tq ? q : NULL);
+    clattn_tensor TK = h_tensor_as(c->kt, 3, H_DIMS(tk1, c->Hkv, c->d), tk ? k : NULL);
+    clattn_tensor TV = h_tensor_as(c->vt, 3, H_DIMS(tk1, c->Hkv, c->dv), tk ? v : NULL);
+    clattn_tensor TO = h_tensor_as(c->ot, 3, H_DIMS(tq1, c->Hq, c->dv), NULL);
     clattn_tensor TL = h_tensor(CLATTN_FLOAT32, 2, H_DIMS(tq1, c->Hq), NULL);
     clattn_tensor TS = c->alibi == 2 ? h_tensor(CLATTN_FLOAT32, 2, H_DIMS(c->B, c->Hq), sf)
                                      : h_tensor(CLATTN_FLOAT32, 1, H_DIMS(c->Hq), sf);
@@ -151,12 +155,17 @@ static void run(const vl_case *c)
     reference(c, cq, ck, q, k, v, sd, &r);
     char what[300];
     snprintf(what, sizeof what, "varlen B=%d Hq=%d Hkv=%d d=%d dv=%d lens q %d %d %d.. k %d %d "
-             "%d.. causal %d align %d window %d (%d, %d) fill %g alibi %d p %g", c->B, c->Hq,
-             c->Hkv, c->d, c->dv, c->lq[0], c->lq[1], c->lq[2], key_len(c, 0), key_len(c, 1),
-             key_len(c, 2), c->causal, c->align, c->window, c->left, c->right, c->fill, c->alibi,
-             c->p);
-    float *go = h_read(&TO);
-    h_assert_scaled(go, r.out, r.scale, nq * c->dv, OUT_TOL, what);
+             "%d.. causal %d align %d window %d (%d, %d) fill %g alibi %d p %g, Q/K/V/out "
+             "%s/%s/%s/%s", c->B, c->Hq, c->Hkv, c->d, c->dv, c->lq[0], c->lq[1], c->lq[2],
+             key_len(c, 0), key_len(c, 1), key_len(c, 2), c->causal, c->align, c->window,
+             c->left, c->right, c->fill, c->alibi, c->p, h_dtype_name(c->qt),
+             h_dtype_name(c->kt), h_dtype_name(c->vt), h_dtype_name(c->ot));
+    /* a 16-bit out: rounded once (test_attention.c's assert_out derives the tolerance) */
+    double tol = OUT_TOL + (c->ot ? h_unit_roundoff(c->ot) : 0) * (1 + OUT_TOL);
+    for (size_t i = 0; i < nq * c->dv; i++)
+        r.scale[i] += h_subnormal_step(c->ot) / tol;
+    float *go = h_read_float(&TO);
+    h_assert_scaled(go, r.out, r.scale, nq * c->dv, tol, what);
     if (!c->no_lse) {
         float *gl = h_read(&TL);
         strncat(what, " (lse)", sizeof what - strlen(what) - 1);
@@ -224,6 +233,41 @@ static void test_unfused(void **s)
           {2, 2, 2, 20, 260, {5, 4}, .alibi = 2, .p = 0.5f, .seed = 3});
 }
 
+#define F16 CLATTN_FLOAT16
+#define BF16 CLATTN_BFLOAT16
+/* 16-bit Q, K, V and out, each dtype in each place, fused and (head size 300) unfused: empty
+ * sequences on either side (zeros of the out's dtype), grouped heads, causal, ALiBi, dropout. */
+static void test_16bit(void **s)
+{
+    (void)s;
+    CASES({3, 4, 2, 16, 8, {0, 5, 3}, {4, 0, 9}, .qt = F16, .kt = F16, .vt = F16, .ot = F16},
+          {3, 4, 2, 24, 40, {5, 65, 2}, .causal = 1, .qt = BF16, .kt = BF16, .vt = BF16},
+          {3, 4, 1, 16, 16, {4, 19, 30}, {8, 19, 50}, .alibi = 2, .kt = F16, .vt = BF16,
+           .ot = BF16},
+          {2, 4, 2, 16, 24, {16, 33}, .p = 0.3f, .seed = 77, .qt = F16, .vt = F16, .ot = BF16},
+          {3, 2, 1, 300, 20, {3, 9, 1}, {7, 9, 0}, .causal = 1, .align = 1, .qt = BF16,
+           .kt = F16, .vt = BF16, .ot = F16});
+}
+
+/* int32 operands are refused by name; nothing is written. */
+static void test_16bit_bad_input(void **s)
+{
+    (void)s;
+    float z[4 * 2 * 8] = {0}, o[4 * 2 * 8];
+    int cu[2] = {0, 4};
+    h_fill(o, 64, 5, 6);
+    clattn_tensor tq = h_tensor_as(F16, 3, H_DIMS(4, 2, 8), z);
+    clattn_tensor ti = h_tensor(CLATTN_INT32, 3, H_DIMS(4, 2, 8), NULL);
+    clattn_tensor to = h_tensor(CLATTN_FLOAT32, 3, H_DIMS(4, 2, 8), o);
+    clattn_varlen seqs = {1, cu, cu};
+    h_assert_error(clattn_varlen_attention(h_ctx, &ti, &tq, &tq, &seqs, NULL, &to),
+                   CLATTN_ERROR_INVALID_TENSOR, "Q: dtype int32");
+    h_assert_error(clattn_varlen_attention(h_ctx, &tq, &tq, &ti, &seqs, NULL, &to),
+                   CLATTN_ERROR_INVALID_TENSOR, "V: dtype int32");
+    h_assert_bytes(&to, o, "out of a refused varlen attention");
+    clattn_tensor_release(&tq); clattn_tensor_release(&ti); clattn_tensor_release(&to);
+}
+
 /* Every sequence empty on one side: the tensors keep a row the lengths do not cover, refused. */
 static void test_all_empty(void **s)
 {
@@ -239,6 +283,8 @@ int main(void)
         cmocka_unit_test(test_options),
         cmocka_unit_test(test_unfused),
         cmocka_unit_test(test_all_empty),
+        cmocka_unit_test(test_16bit),
+        cmocka_unit_test(test_16bit_bad_input),
     };
     return cmocka_run_group_tests(tests, h_setup, h_teardown);
 }

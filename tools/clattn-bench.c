@@ -679,6 +679,42 @@ static void att_free(att_case *a)
     free(a->hv);
 }
 
+/* The fused kernel with Q, K and V stored as dtype dt (float32 out), checked on sampled rows
+ * against its own rounded inputs, recorded beside the float32 figure. */
+static void att_16bit(bench *b, const att_case *a, const char *name, clattn_dtype dt,
+                      double gflop)
+{
+    att_case h = *a;
+    size_t nq = a->heads * a->n * a->d, nk = a->kv_heads * a->n * a->d;
+    float *hq = malloc(nq * sizeof *hq), *hk = malloc(nk * sizeof *hk);
+    float *hv = malloc(nk * sizeof *hv);
+    if (!hq || !hk || !hv)
+        die("out of memory");
+    memcpy(hq, a->hq, nq * sizeof *hq);
+    memcpy(hk, a->hk, nk * sizeof *hk);
+    memcpy(hv, a->hv, nk * sizeof *hv);
+    void *bq = to_dtype(hq, nq, dt), *bk = to_dtype(hk, nk, dt), *bv = to_dtype(hv, nk, dt);
+    h.hq = hq;
+    h.hk = hk;
+    h.hv = hv;
+    ok(b, clattn_tensor_create(b->ctx, dt, a->q.ndim, a->q.dims, bq, &h.q), "create 16-bit Q");
+    ok(b, clattn_tensor_create(b->ctx, dt, a->k.ndim, a->k.dims, bk, &h.k), "create 16-bit K");
+    ok(b, clattn_tensor_create(b->ctx, dt, a->v.ndim, a->v.dims, bv, &h.v), "create 16-bit V");
+    char impl[48];
+    snprintf(impl, sizeof impl, "clattn fused, %s Q, K, V",
+             dt == CLATTN_FLOAT16 ? "float16" : "bfloat16");
+    double err = att_error(b, &h, att_run_fused);
+    if (err > ATT_TOL)
+        bench_check_fail(b, name, impl, err, ATT_TOL);
+    else
+        bench_record(b, name, impl, 1, gflop, "GFLOP/s", bench_time(b, att_run_fused, &h, 1),
+                     err);
+    clattn_tensor_release(&h.q);
+    clattn_tensor_release(&h.k);
+    clattn_tensor_release(&h.v);
+    free(hq); free(hk); free(hv); free(bq); free(bk); free(bv);
+}
+
 /* One case: each implementation checked on sampled rows, then timed; GFLOP = 4 H N^2 d (dense
  * count, also for causal, so causal's speed-up shows as a higher figure). */
 static void att_one(bench *b, size_t heads, size_t n, size_t d, int causal)
@@ -703,6 +739,8 @@ static void att_one(bench *b, size_t heads, size_t n, size_t d, int causal)
         bench_record(b, name, impls[i].impl, i > 0, gflop, "GFLOP/s",
                      bench_time(b, impls[i].fn, &a, 1), err);
     }
+    att_16bit(b, &a, name, CLATTN_FLOAT16, gflop);
+    att_16bit(b, &a, name, CLATTN_BFLOAT16, gflop);
     att_free(&a);
 }
 

@@ -30,6 +30,12 @@ static const struct {
     const char *file, *defines;
 } extra_sets[] = {
     {"heads.cl", "-D ELEM=ushort "},
+    {"heads.cl", "-D XT=2 -D YT=0 "},
+    {"heads.cl", "-D XT=0 -D YT=3 "},
+    {"additive.cl", "-D QT=2 -D KT=3 -D WT=2 -D ST=3 "},
+    {"additive.cl", "-D QT=3 -D KT=2 -D WT=3 -D ST=2 -D VW=4 "},
+    {"flash.cl", "-D QT=2 -D KT=3 -D VT=2 -D OT=3 -D VST=0 "},
+    {"flash.cl", "-D QT=3 -D KT=2 -D VT=3 -D OT=2 "},
     {"convert.cl", "-D XT=2 "},
     {"convert.cl", "-D XT=3 "},
     {"convert.cl", "-D YT=2 "},
