@@ -2,9 +2,11 @@
  * Q K^T * scale))) V with an online softmax over key blocks, never materialising the scores.
  *
  * Layout: Q (nb, nq, d), K (nb, nk, d), V (nb, nk, dv), O (nb, nq, dv) of the dtypes QT, KT, VT,
- * OT below (arithmetic float32 throughout, each output rounded once), with unit-stride rows, and lse, row `row` of batch bb at lse_off + bb * lse_s.x + row * lse_s.y ((nb, nq)
- * contiguous: lse_s = (nq, 1)), or NULL: each row's log-sum-exp m + log(l) of its
- * masked scaled scores (-inf when m is, as its l is then 0); batch bb is (d0, d1) = (bb / D1, bb % D1) for the mask (see common.cl) and for the operands:
+ * OT below (arithmetic float32 throughout, each output rounded once), with unit-stride rows; and
+ * lse, row `row` of batch bb at lse_off + bb * lse_s.x + row * lse_s.y ((nb, nq) contiguous:
+ * lse_s = (nq, 1)), or NULL: each row's log-sum-exp m + log(l) of its masked scaled scores (-inf
+ * when m is, as its l is then 0). Batch bb is (d0, d1) = (bb / D1, bb % D1) for the mask (see
+ * common.cl) and for the operands:
  * each operand's int4 layout l = (offset, s0, s1, row stride) puts row `row` of batch bb at element
  * l.x + d0 * l.y + d1 * l.z + row * l.w, so contiguous tensors and multi-head attention's
  * projections (B, T, H * dh), read in place per head, take the same kernels.
@@ -322,8 +324,9 @@ static inline float16 skipped16(__global const float *vt, __global const float *
     return z;
 }
 
-/* Q: float32 (flash_pack_q's copy of a 16-bit Q); kt: packed K; V rows (zero-padded to DVP columns and to nblk * KB keys) with layout vl, packed
- * by flash_pack_v or, when they need no padding, the caller's V itself; vt: flash_vtail's sums
+/* Q: float32 (flash_pack_q's copy of a 16-bit Q); kt: packed K; V rows (zero-padded to DVP
+ * columns and to nblk * KB keys) with layout vl, packed by flash_pack_v or, when they need no
+ * padding (and are float32), the caller's V itself; vt: flash_vtail's sums
  * with BKS = KB, or NULL when no row can skip trailing keys (no lengths, causality or window
  * right side); vh: flash_vhead's, or NULL when no window has a left side; all per K/V batch.
  * Key blocks are taken from the item's first block (the lowest of its rows' windows) on, then
