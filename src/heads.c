@@ -2,11 +2,10 @@
 #include "attention.h"
 #include <stdio.h>
 
-/* The transpose from src's dtype xt to dst's yt: a move of 4- or 2-byte elements when they
- * match, else each element converted. */
-static clattn_status enqueue_typed(clattn_context *ctx, clattn_dtype xt, cl_mem src, size_t s_off,
-                                   clattn_dtype yt, cl_mem dst, size_t d_off, int B, int T, int H,
-                                   int dh, int to_heads)
+/* A move of 4- or 2-byte elements when the dtypes match, else each element converted. */
+clattn_status clattn__enqueue_heads_typed(clattn_context *ctx, clattn_dtype xt, cl_mem src,
+                                          size_t s_off, clattn_dtype yt, cl_mem dst, size_t d_off,
+                                          int B, int T, int H, int dh, int to_heads)
 {
     clattn_status st = CLATTN_SUCCESS;
     cl_kernel k;
@@ -28,15 +27,8 @@ fail:
 clattn_status clattn__enqueue_heads(clattn_context *ctx, cl_mem src, size_t s_off, cl_mem dst,
                                     size_t d_off, int B, int T, int H, int dh, int to_heads)
 {
-    return enqueue_typed(ctx, CLATTN_FLOAT32, src, s_off, CLATTN_FLOAT32, dst, d_off, B, T, H, dh,
-                         to_heads);
-}
-
-clattn_status clattn__enqueue_heads_typed(clattn_context *ctx, clattn_dtype xt, cl_mem src,
-                                          size_t s_off, clattn_dtype yt, cl_mem dst, size_t d_off,
-                                          int B, int T, int H, int dh, int to_heads)
-{
-    return enqueue_typed(ctx, xt, src, s_off, yt, dst, d_off, B, T, H, dh, to_heads);
+    return clattn__enqueue_heads_typed(ctx, CLATTN_FLOAT32, src, s_off, CLATTN_FLOAT32, dst, d_off,
+                                       B, T, H, dh, to_heads);
 }
 
 /* seq is (B, T, H*dh); heads is (B*H, T, dh) or (B, H, T, dh). */
@@ -74,9 +66,10 @@ static clattn_status transpose(clattn_context *ctx, const clattn_tensor *seq, co
     CHECK_DRY_RUN(ctx, transpose(ctx, seq, seq_name, heads, heads_name, H, to_heads));
     CHECK_ST(check_pair(ctx, seq, seq_name, heads, heads_name, H));
     const clattn_tensor *src = to_heads ? seq : heads, *dst = to_heads ? heads : seq;
-    CHECK_ST(enqueue_typed(ctx, src->dtype, src->buf, src->offset, dst->dtype, dst->buf,
-                           dst->offset, (int)seq->dims[0], (int)seq->dims[1], H,
-                           (int)(seq->dims[2] / (size_t)H), to_heads));
+    CHECK_ST(clattn__enqueue_heads_typed(ctx, src->dtype, src->buf, src->offset, dst->dtype,
+                                         dst->buf, dst->offset, (int)seq->dims[0],
+                                         (int)seq->dims[1], H, (int)(seq->dims[2] / (size_t)H),
+                                         to_heads));
 fail:
     return st;
 }
