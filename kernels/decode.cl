@@ -20,8 +20,7 @@
  * budget) and writes each row's partial state at
  * part + (row * nsplit + s) * (dv + 2): acc (dv floats) = sum_k exp(x_k - mz) v_k, then mz (the
  * running maximum, 0 while every score is -inf, so exp never sees -inf - -inf) and l = sum_k
- * exp(x_k - mz). decode_merge combines the splits. decode_cpu leaves one float per work-item after
- * the states (see its end). */
+ * exp(x_k - mz). decode_merge combines the splits. */
 #include "common.cl"
 #include "dtype.cl"
 
@@ -37,8 +36,23 @@
 #define QTYPE CLATTN_T(QT)
 #define CTYPE CLATTN_T(CT)
 #define NTYPE CLATTN_T(NT)
-/* cache elements per 64-byte line (the touch loop's stride) */
+/* cache elements per 64-byte line (the prefetch stride) */
 #define LINE (CT == 0 ? 16 : 32)
+/* keys ahead of use that decode_cpu prefetches */
+#ifndef PF
+#define PF 16
+#endif
+/* Asks for elements [0, n) from p to be brought into the cache. PoCL's prefetch() is empty, so
+ * where clang compiles for x86-64 (PoCL) it is one __builtin_prefetch per 64-byte line; the
+ * integer cast to a generic pointer is sound there, where every address space is the one flat
+ * memory. */
+#if defined(__clang__) && defined(__x86_64__)
+#define PREFETCH_ROW(p, n)                                                                       \
+    for (int c_ = 0; c_ < (n); c_ += LINE)                                                       \
+        __builtin_prefetch((const void *)(size_t)((p) + c_), 0, 3)
+#else
+#define PREFETCH_ROW(p, n) prefetch((p), (size_t)(n))
+#endif
 
 #ifndef RQ
 #define RQ 4
@@ -60,12 +74,14 @@
 #endif
 /* 16 values of a cache row from element 16 c. ALIGN16 (set by the host when every cache row
  * starts on a 64-byte boundary: head sizes and offsets multiples of 16) reads them as one float16
- * (ushort16 for a 16-bit cache, then converted): PoCL 3.1 splits vload16 on a global pointer into
- * 2-float loads, 4x slower to stream. */
+ * (ushort16 for bfloat16, then converted): PoCL 3.1 splits vload16 on a global pointer into
+ * 2-float loads, 4x slower to stream. A float16 cache goes through vload_half16, which PoCL
+ * compiles to the CPU's conversion instruction (F16C): 1.5-2x faster decoding than dtype.cl's
+ * integer conversion, which stays for rows that are not aligned. */
 #if ALIGN16 && CT == 0
 #define ROW16(p, c) (((__global const float16 *)(p))[c])
 #elif ALIGN16 && CT == 2
-#define ROW16(p, c) clattn_f16_to_f3216(((__global const ushort16 *)(p))[c])
+#define ROW16(p, c) vload_half16((c), (__global const half *)(p))
 #elif ALIGN16
 #define ROW16(p, c) clattn_bf16_to_f3216(((__global const ushort16 *)(p))[c])
 #else
@@ -164,7 +180,7 @@ __kernel void decode_cpu(DECODE_PARAMS)
     __global const CTYPE *kb = K + k_off + (size_t)bh * Kmax * d;
     __global const CTYPE *vb = V + v_off + (size_t)bh * Kmax * dv;
     float16 qv[RQ][DP / 16], acc[RQ][DVP / 16];
-    float m[RQ], l[RQ], slope[RQ], sink = 0.0f;
+    float m[RQ], l[RQ], slope[RQ];
     int lo[RQ], hi[RQ], diag[RQ];
     #pragma unroll
     for (int r = 0; r < RQ; r++) {
@@ -190,16 +206,13 @@ __kernel void decode_cpu(DECODE_PARAMS)
         float st[RQ][16], corr[RQ];
         for (int j = 0; j < nk; j++) {
             __global const CTYPE *kr = kb + (size_t)(k0 + j) * d;
-            /* touch: one value per 64-byte line of this key's V row and of the K row 16 keys on,
-             * so that they are on their way from memory well before use (PoCL's prefetch() is
-             * empty, and the hardware's did not keep up: 9 GB/s without, 15 with, EPYC); a
-             * 16-bit cache's bits are summed as integers (a conversion would cost more) */
-            __global const CTYPE *vt = vb + (size_t)(k0 + j) * dv;
-            for (int c = 0; c < dv; c += LINE)
-                sink += (float)vt[c];
-            if (k0 + 16 + j < k_hi)
-                for (int c = 0; c < d; c += LINE)
-                    sink += (float)kr[16 * d + c];
+            /* the K and V rows PF keys on, so that they are on their way from memory well before
+             * use: the hardware's prefetchers did not keep up (EPYC, cache in L3: 40 GB/s without,
+             * 52 with; demand loads of one value per line in their place: 34) */
+            if (k0 + PF + j < k_hi) {
+                PREFETCH_ROW(kr + (size_t)PF * d, d);
+                PREFETCH_ROW(vb + (size_t)(k0 + PF + j) * dv, dv);
+            }
             float16 a[RQ];
             #pragma unroll
             for (int r = 0; r < RQ; r++)
@@ -272,10 +285,6 @@ __kernel void decode_cpu(DECODE_PARAMS)
             p[c] = ((const float *)acc[r])[c];
         store_state(part, base + r, nsplit, s, dv, m[r], l[r]);
     }
-    /* the touched values' sum goes to the item's own float after every row's states (read by
-     * nobody: it only keeps the loads) */
-    size_t states = (size_t)get_global_size(2) * R * nsplit * (dv + 2);
-    part[states + ((size_t)bh * get_global_size(1) + rg) * get_global_size(0) + s] = sink;
 }
 
 /* GPU shape: a work-group of WG items per (split, RQ rows, K/V head) walks the split's keys WG

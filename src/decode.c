@@ -253,10 +253,8 @@ static clattn_status make_plan(clattn_context *ctx, clattn_tuning *t, const clat
     size_t sk = clattn__round_up(clattn__div_up((size_t)p->Kmax, nsplit), 16);
     p->SK = sk < (size_t)p->SK ? (int)sk : p->SK; /* never past a loop budget's SK */
     p->nsplit = (int)clattn__div_up((size_t)p->Kmax, (size_t)p->SK);
-    size_t rows = (size_t)p->B * p->Hq * p->Qn, part = rows * p->nsplit * (size_t)(p->dv + 2);
-    size_t items = (size_t)p->nsplit * clattn__div_up((size_t)p->G * p->Qn, (size_t)p->RQ) *
-                   (size_t)p->B * p->Hkv; /* decode_cpu's one float each after the states */
-    p->part_floats = part + (p->gpu ? 0 : items);
+    size_t rows = (size_t)p->B * p->Hq * p->Qn;
+    p->part_floats = rows * p->nsplit * (size_t)(p->dv + 2);
     CHECK(ctx, p->part_floats <= (size_t)INT32_MAX, CLATTN_ERROR_UNSUPPORTED,
           "decode: %zu elements of partial results exceed 32-bit indexing", p->part_floats);
 fail:

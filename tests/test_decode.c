@@ -22,6 +22,7 @@ typedef struct {
     int causal, window, left, right;
     float fill;
     double qscale;
+    double vscale; /* > 0: values (cached and new) in [-vscale, vscale], e.g. float16 subnormals */
     int nan_v; /* > 0: value row L_b - nan_v of every sequence is NaN (a key inside the prefix) */
     int negative; /* every score negative: Q in [-qscale, 0], K in [0, 1] */
     int alibi;    /* ALiBi slopes: 0 none, 1 per head (Hq), 2 per sequence and head (B, Hq) */
@@ -90,9 +91,10 @@ static void run(const dec_case *c)
     double qs = c->qscale > 0 ? c->qscale : 1;
     h_fill(q, nq * c->d, -qs, c->negative ? 0 : qs);
     h_fill(kc, nkc * c->d, c->negative ? 0 : -1, 1);
-    h_fill(vc, nkc * c->dv, -1, 1);
+    double vs = c->vscale > 0 ? c->vscale : 1;
+    h_fill(vc, nkc * c->dv, -vs, vs);
     h_fill(kn, nkn * c->d, c->negative ? 0 : -1, 1);
-    h_fill(vn, nkn * c->dv, -1, 1);
+    h_fill(vn, nkn * c->dv, -vs, vs);
     h_round(q, nq * c->d, c->qt); /* the reference sees the stored values */
     h_round(kn, nkn * c->d, c->nt);
     h_round(vn, nkn * c->dv, c->nt);
@@ -380,7 +382,11 @@ static void test_16bit(void **s)
               {3, 4, 1, 1, 97, 16, 16, {-2, -2, -2}, .alibi = 2, .alibi_mag = 1, .qt = qt,
                .ct = ct, .nt = nt, .ot = ot},
               {2, 8, 2, 1, 4097, 128, 128, {4097, 3001}, .qt = qt, .ct = ct, .nt = nt,
-               .ot = ot});
+               .ot = ot},
+              /* values below float16's smallest normal (6.1e-5), aligned rows: subnormals
+               * through every load path */
+              {1, 8, 2, 2, 300, 64, 32, {297}, 1, 1, 1, .vscale = 5e-5, .qt = qt, .ct = ct,
+               .nt = nt, .ot = ot});
     }
 }
 
