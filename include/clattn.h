@@ -411,6 +411,80 @@ CLATTN_API clattn_status clattn_multihead_attention(clattn_context *ctx,
                                                     const clattn_tensor *out,
                                                     const clattn_tensor *weights);
 
+/* ---- training: backward passes and d2l's masked softmax cross-entropy loss ----
+ * A backward op takes the forward's inputs (and what the forward saved, where it says so) and
+ * the gradient of the loss with respect to the forward's output (the d-prefixed argument of the
+ * output's name), and writes the gradients with respect to the inputs it is given tensors for
+ * (NULL: not computed). Gradients overwrite their tensors; none accumulates into what they held
+ * (where one input feeds several ops, add their gradients). Each gradient has its input's shape.
+ * float32, except where an op says otherwise. The same inputs give the same bits on every run:
+ * no floating-point atomics, sums in a fixed order.
+ * The head transposes need no backward op: clattn_transpose_output with the same num_heads is
+ * clattn_transpose_qkv's backward (it moves each gradient back to its element's place), and
+ * clattn_transpose_qkv is clattn_transpose_output's. */
+
+/* The gradient of clattn_masked_softmax with respect to its scores, from its output out and dout:
+ * dscores = out * (dout - sum_k dout_k out_k) per row, over every key, and exactly 0 where the
+ * mask blocks the key (masked_fill passes no gradient to a score it replaced), so a row whose
+ * every key is blocked (valid length 0) gets zeros. mask: the forward's (its fill does not enter).
+ * dscores may be dout itself (the same buf and offset: in place). */
+CLATTN_API clattn_status clattn_masked_softmax_backward(clattn_context *ctx,
+                                                        const clattn_tensor *out,
+                                                        const clattn_tensor *dout,
+                                                        const clattn_mask *mask,
+                                                        const clattn_tensor *dscores);
+/* The gradient of clattn_dropout: dx = dy * keep / (1 - p) with the forward's keep (the same p,
+ * training, seed and offset draw the same Philox mask), i.e. the forward applied to dy. dy and
+ * dx: float32, float16 or bfloat16 as the forward's x and y; dx may be dy (in place). */
+CLATTN_API clattn_status clattn_dropout_backward(clattn_context *ctx, const clattn_tensor *dy,
+                                                 const clattn_dropout_params *p,
+                                                 const clattn_tensor *dx);
+/* The gradients of clattn_matmul's C = alpha op(A) op(B) (+ beta C0, which needs none): dA =
+ * alpha dC op(B)^T and dB = alpha op(A)^T dC, each transposed back to its operand's layout when
+ * the forward read it transposed. A 2-D operand shared by a batched product gets the sum of every
+ * batch's gradient (in batch order). dA or dB may be NULL. */
+CLATTN_API clattn_status clattn_matmul_backward(clattn_context *ctx, const clattn_tensor *A,
+                                                int trans_a, const clattn_tensor *B, int trans_b,
+                                                float alpha, const clattn_tensor *dC,
+                                                const clattn_tensor *dA, const clattn_tensor *dB);
+/* The gradients of clattn_linear's y = x W^T + b: dx = dy W (x's shape), dW = dy^T x summed over
+ * every leading index (out_features, in_features), db = dy summed likewise (out_features). Any of
+ * dx, dW and db may be NULL. */
+CLATTN_API clattn_status clattn_linear_backward(clattn_context *ctx, const clattn_tensor *x,
+                                                const clattn_tensor *W, const clattn_tensor *dy,
+                                                const clattn_tensor *dx, const clattn_tensor *dW,
+                                                const clattn_tensor *db);
+
+/* d2l's MaskedSoftmaxCELoss: logits (B, T, V), int32 labels (B, T), valid_len (B) int32 on the
+ * device or NULL (every position counts) -> loss (B):
+ *   loss[b] = 1/T sum_t w[b, t] ce[b, t],  ce = logsumexp(logits[b, t, :]) - logits[b, t, label],
+ * w = 1 for t < valid_len[b], else 0 (d2l's sequence_mask), the mean over all T positions as
+ * d2l's .mean(dim=1). As PyTorch's CrossEntropyLoss, a label of -100 (its ignore_index) makes ce
+ * 0; every position is computed and weighted, so a NaN logit at a position with weight 0 still
+ * makes its loss NaN, as 0 * NaN does in d2l's code. Device values cannot be checked without a
+ * host sync: valid_len outside [0, T] is clamped, and a label outside [0, V) (other than -100)
+ * makes ce NaN; with CLATTN_SYNC (params.sync) both are read back and rejected instead.
+ * lse: NULL, or (B, T) float32: each position's log-sum-exp, saved for the backward (which then
+ * needs no pass to find it again). Never materialises (B, T, V) probabilities. */
+CLATTN_API clattn_status clattn_masked_softmax_ce_loss(clattn_context *ctx,
+                                                       const clattn_tensor *logits,
+                                                       const clattn_tensor *labels,
+                                                       const clattn_tensor *valid_len,
+                                                       const clattn_tensor *loss,
+                                                       const clattn_tensor *lse);
+/* Its gradient with respect to the logits, from the same logits, labels and valid_len, the
+ * forward's lse (or NULL: computed again) and dloss (B):
+ *   dlogits[b, t, v] = dloss[b] w[b, t] / T (softmax(logits[b, t])_v - [v == label]),
+ * 0 times that at ignored labels (-100). dlogits may be logits itself (the same buf and offset:
+ * in place, each row read before it is written). */
+CLATTN_API clattn_status clattn_masked_softmax_ce_loss_backward(clattn_context *ctx,
+                                                                const clattn_tensor *logits,
+                                                                const clattn_tensor *labels,
+                                                                const clattn_tensor *valid_len,
+                                                                const clattn_tensor *lse,
+                                                                const clattn_tensor *dloss,
+                                                                const clattn_tensor *dlogits);
+
 #ifdef __cplusplus
 }
 #endif

@@ -111,11 +111,16 @@ static inline float16 clattn_exp_neg16(float16 x)
     CLATTN_EXP2_NEG(float16, int16)
 }
 
+/* 1 when key k of a row is open: inside [lo, limit) and not blocked by the mask tensor's row. */
+static inline int clattn_open(int k, int lo, int limit, __global const int *mrow, int msk)
+{
+    return k >= lo && k < limit && (!mrow || mrow[msk * k] != 0);
+}
+
 static inline float clattn_masked(float x, int k, int lo, int limit, __global const int *mrow,
                                   int msk, float fill)
 {
-    int ok = k >= lo && k < limit && (!mrow || mrow[msk * k] != 0);
-    return ok ? x : fill;
+    return clattn_open(k, lo, limit, mrow, msk) ? x : fill;
 }
 
 /* Philox4x32-10 (Salmon et al., SC'11): a counter-based generator, so dropout masks are a pure

@@ -431,3 +431,31 @@ void matmul_tiled(__global const CLATTN_T(AT) *A, int a_off, int a_bs, int a_si,
         }
     }
 }
+
+/* ---- linear's bias gradient ----
+ * y[c] = sum of x[r * cols + c] over rows r in [r_lo, r_hi) (float32, row-major (rows, cols) at
+ * x_off; y at y_off), added to y's old value when acc (the host splits long sums over launches
+ * under a loop budget), the rows in order: the same bits on every run. One work-item per 16
+ * columns (a float16 of them on CPUs; adjacent items read adjacent 64-byte runs on GPUs). */
+__kernel void column_sums(__global const float *x, int x_off, int cols, int r_lo, int r_hi,
+                          __global float *y, int y_off, int acc)
+{
+    int c0 = get_global_id(0) * 16;
+    if (c0 >= cols)
+        return;
+    __global const float *p = x + x_off + c0;
+    __global float *o = y + y_off + c0;
+    if (c0 + 16 <= cols) {
+        float16 s = acc ? vload16(0, o) : (float16)(0.0f);
+        for (int r = r_lo; r < r_hi; r++)
+            s += vload16(0, p + (size_t)r * cols);
+        vstore16(s, 0, o);
+    } else {
+        for (int c = 0; c0 + c < cols; c++) {
+            float s = acc ? o[c] : 0.0f;
+            for (int r = r_lo; r < r_hi; r++)
+                s += p[(size_t)r * cols + c];
+            o[c] = s;
+        }
+    }
+}

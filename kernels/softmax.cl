@@ -105,6 +105,7 @@
 #else
 #define vstoreV_f(e, p) vstore8(e, 0, p)
 #endif
+#define vloadV_f(p) vloadV(0, p)
 
 /* exp(x) for x <= 0 (a score minus its row's maximum; -inf gives 0, NaN stays NaN): common.cl's
  * polynomial (expnegV, clattn_exp_neg), half the vector instructions of PoCL's builtin exp, the
@@ -132,15 +133,9 @@ static inline addend row_addend(__global const float *bias, int bias_off, int4 b
     return a;
 }
 
-/* VW masked scores starting at key k (all < K). */
-static inline floatV masked_vec(__global const XTYPE *x, int k, int lo, int limit,
-                                __global const int *mrow, int msk, float fill, addend ad)
+/* Which of the VW keys from k (all < K) are open (lanes -1) or blocked (0), as clattn_open. */
+static inline intV open_vec(int k, int lo, int limit, __global const int *mrow, int msk)
 {
-    floatV v = LDXV(x + k);
-    if (ad.brow)
-        v += ad.bsk ? vloadV(0, ad.brow + k) : (floatV)(ad.brow[0]);
-    if (ad.alibi)
-        v += CLATTN_ALIBI(ad.slope, convert_floatV((intV)(ad.diag - k) - LANES));
     intV idx = (intV)(k) + LANES;
     intV ok = idx >= (intV)(lo) & idx < (intV)(limit);
     if (mrow) {
@@ -150,7 +145,19 @@ static inline floatV masked_vec(__global const XTYPE *x, int k, int lo, int limi
                 m = select(m, (intV)(mrow[msk * (k + i)]), LANES == (intV)(i));
         ok = ok & (m != (intV)(0));
     }
-    return select((floatV)(fill), v, ok);
+    return ok;
+}
+
+/* VW masked scores starting at key k (all < K). */
+static inline floatV masked_vec(__global const XTYPE *x, int k, int lo, int limit,
+                                __global const int *mrow, int msk, float fill, addend ad)
+{
+    floatV v = LDXV(x + k);
+    if (ad.brow)
+        v += ad.bsk ? vloadV(0, ad.brow + k) : (floatV)(ad.brow[0]);
+    if (ad.alibi)
+        v += CLATTN_ALIBI(ad.slope, convert_floatV((intV)(ad.diag - k) - LANES));
+    return select((floatV)(fill), v, open_vec(k, lo, limit, mrow, msk));
 }
 
 /* Score k of row xr plus its addend. */
@@ -351,5 +358,73 @@ void masked_softmax_wg(__global const XTYPE *x, int x_off, __global YTYPE *y, in
         float e = E_AGAIN(k, exp(clattn_masked(biased(xr, k, ad), k, lo, limit, mrow, ms.w, fill) -
                                  m));
         STY(e * inv, yr + k);
+    }
+}
+
+/* ---- backward ----
+ * The gradient with respect to the scores x given the forward's output y and the gradient dy of
+ * its output, rows as the forward's (float32 y, dy and dx, at element offsets; dx may be dy):
+ * dx_k = y_k (dy_k - sum_j y_j dy_j) for an open key, exactly 0 for a blocked one (masked_fill
+ * passes no gradient to what it replaced). The sum runs over every key, blocked ones included
+ * (their weights are part of the softmax), so a NaN there reaches the whole row, as in PyTorch.
+ * The forward's bias and ALiBi leave this unchanged; its fill does not enter. */
+__kernel void masked_softmax_backward_rows(__global const float *y, int y_off,
+                                           __global const float *dy, int dy_off,
+                                           __global float *dx, int dx_off, int nrows, int K,
+                                           MASK_PARAMS)
+{
+    int r = get_global_id(0);
+    if (r >= nrows)
+        return;
+    int q = r % Q, d01 = r / Q, d0 = d01 / D1, d1 = d01 % D1;
+    int limit = clattn_row_limit(d0, q, K, lens, lens_off, lens_mode, Q, win);
+    int lo = clattn_row_lo(q, K, win), kv = K - K % VW, k;
+    __global const int *mrow = clattn_mask_row(mask, mask_off, ms, d0, d1, q);
+    __global const float *yr = y + y_off + (size_t)r * K, *dyr = dy + dy_off + (size_t)r * K;
+    __global float *dxr = dx + dx_off + (size_t)r * K;
+    floatV sv = (floatV)(0.0f);
+    float s = 0.0f;
+    for (k = 0; k < kv; k += VW)
+        sv = fma(vloadV_f(yr + k), vloadV_f(dyr + k), sv);
+    for (; k < K; k++)
+        s = fma(yr[k], dyr[k], s);
+    s += hsum(sv);
+    for (k = 0; k < kv; k += VW) {
+        floatV g = vloadV_f(yr + k) * (vloadV_f(dyr + k) - (floatV)(s));
+        vstoreV_f(select((floatV)(0.0f), g, open_vec(k, lo, limit, mrow, ms.w)), dxr + k);
+    }
+    for (; k < K; k++) {
+        float g = yr[k] * (dyr[k] - s);
+        dxr[k] = clattn_open(k, lo, limit, mrow, ms.w) ? g : 0.0f;
+    }
+}
+
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
+void masked_softmax_backward_wg(__global const float *y, int y_off, __global const float *dy,
+                                int dy_off, __global float *dx, int dx_off, int nrows, int K,
+                                MASK_PARAMS)
+{
+    __local float red[WG];
+    int r = get_group_id(0), t = get_local_id(0);
+    int q = r % Q, d01 = r / Q, d0 = d01 / D1, d1 = d01 % D1;
+    int limit = clattn_row_limit(d0, q, K, lens, lens_off, lens_mode, Q, win);
+    int lo = clattn_row_lo(q, K, win);
+    __global const int *mrow = clattn_mask_row(mask, mask_off, ms, d0, d1, q);
+    __global const float *yr = y + y_off + (size_t)r * K, *dyr = dy + dy_off + (size_t)r * K;
+    __global float *dxr = dx + dx_off + (size_t)r * K;
+    float s = 0.0f;
+    for (int k = t; k < K; k += WG)
+        s = fma(yr[k], dyr[k], s);
+    red[t] = s;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int w = WG / 2; w > 0; w >>= 1) {
+        if (t < w)
+            red[t] += red[t + w];
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    s = red[0];
+    for (int k = t; k < K; k += WG) {
+        float g = yr[k] * (dyr[k] - s);
+        dxr[k] = clattn_open(k, lo, limit, mrow, ms.w) ? g : 0.0f;
     }
 }

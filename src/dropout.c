@@ -58,28 +58,51 @@ fail:
     return st;
 }
 
-clattn_status clattn_dropout(clattn_context *ctx, const clattn_tensor *x,
-                             const clattn_dropout_params *p, const clattn_tensor *y)
+/* y = dropout(x) with x and y named in messages as the caller's arguments. */
+static clattn_status dropout_checked(clattn_context *ctx, const clattn_tensor *x, const char *xn,
+                                     const clattn_dropout_params *p, const clattn_tensor *y,
+                                     const char *yn)
 {
     clattn_status st = CLATTN_SUCCESS;
     char s1[96], s2[96];
-    CHECK_DRY_RUN(ctx, clattn_dropout(ctx, x, p, y));
     CHECK(NULL, ctx, CLATTN_ERROR_INVALID_ARGUMENT, "ctx: NULL context");
-    CHECK_ST(clattn__check_float_tensor(ctx, x, "x", 1, 4));
-    CHECK_ST(clattn__check_float_tensor(ctx, y, "y", 1, 4));
+    CHECK_ST(clattn__check_float_tensor(ctx, x, xn, 1, 4));
+    CHECK_ST(clattn__check_float_tensor(ctx, y, yn, 1, 4));
     CHECK(ctx, p, CLATTN_ERROR_INVALID_ARGUMENT, "p: NULL dropout parameters");
     CHECK_ST(clattn__check_dropout(ctx, p, "p"));
     CHECK(ctx, x->ndim == y->ndim && memcmp(x->dims, y->dims, sizeof(size_t) * x->ndim) == 0,
-          CLATTN_ERROR_SHAPE_MISMATCH, "y: shape %s, expected x's shape %s",
-          clattn__shape_str(y, s1, sizeof s1), clattn__shape_str(x, s2, sizeof s2));
+          CLATTN_ERROR_SHAPE_MISMATCH, "%s: shape %s, expected %s's shape %s", yn,
+          clattn__shape_str(y, s1, sizeof s1), xn, clattn__shape_str(x, s2, sizeof s2));
     CHECK(ctx, clattn__same_view(x, y) || !clattn__overlaps(x, y), CLATTN_ERROR_INVALID_ARGUMENT,
-          "y: overlaps x without being the same view (in place: the same buf, offset and dtype)");
+          "%s: overlaps %s without being the same view (in place: the same buf, offset and dtype)",
+          yn, xn);
     size_t n = clattn_tensor_numel(x);
     if (clattn__dropout_active(p))
         CHECK_ST(clattn__enqueue_dropout_typed(ctx, x->buf, x->dtype, x->offset, y->buf, y->dtype,
                                                y->offset, n, 0, p));
     else if (!clattn__same_view(x, y)) /* the identity: a copy, or a conversion */
         CHECK_ST(clattn__enqueue_convert(ctx, x, y));
+fail:
+    return st;
+}
+
+clattn_status clattn_dropout(clattn_context *ctx, const clattn_tensor *x,
+                             const clattn_dropout_params *p, const clattn_tensor *y)
+{
+    clattn_status st = CLATTN_SUCCESS;
+    CHECK_DRY_RUN(ctx, clattn_dropout(ctx, x, p, y));
+    st = dropout_checked(ctx, x, "x", p, y, "y");
+fail:
+    return st;
+}
+
+/* dropout is linear in x with the same keep mask for every x: its backward is itself. */
+clattn_status clattn_dropout_backward(clattn_context *ctx, const clattn_tensor *dy,
+                                      const clattn_dropout_params *p, const clattn_tensor *dx)
+{
+    clattn_status st = CLATTN_SUCCESS;
+    CHECK_DRY_RUN(ctx, clattn_dropout_backward(ctx, dy, p, dx));
+    st = dropout_checked(ctx, dy, "dy", p, dx, "dx");
 fail:
     return st;
 }

@@ -181,6 +181,9 @@ clattn_status clattn__launch(clattn_context *ctx, cl_kernel k, cl_uint dims, con
                              const size_t *lws, const char *what);
 /* Sets kernel args from a list: pairs of (size, pointer), ended by size 0. */
 clattn_status clattn__set_args(clattn_context *ctx, cl_kernel k, const char *what, ...);
+/* The same from argument index `first` on. */
+clattn_status clattn__set_args_at(clattn_context *ctx, cl_kernel k, const char *what,
+                                  cl_uint first, ...);
 /* Enqueues a buffer copy of `bytes` (nothing in a dry run). Honours sync mode. */
 clattn_status clattn__copy(clattn_context *ctx, cl_mem src, size_t src_bytes_off, cl_mem dst,
                            size_t dst_bytes_off, size_t bytes, const char *what);
@@ -297,6 +300,19 @@ int clattn__variant_list(clattn_variant_info *out, int max);
 clattn_status clattn__enqueue_matmul(clattn_context *ctx, const clattn_tensor *A, int trans_a,
                                      const clattn_tensor *B, int trans_b, float alpha, float beta,
                                      const clattn_tensor *bias, const clattn_tensor *C);
+
+/* softmax.c: kernels of one row per work-item or per work-group, in the softmax variant's shape
+ * (softmax.cl, loss.cl). The kernel `name`_rows (CPU shape) or `name`_wg (GPU shape, its
+ * work-group size fitted to what the device compiled, in *WG) of file, built with t's defines and
+ * the dtypes xt and yt as XT and YT. */
+clattn_status clattn__rows_kernel(clattn_context *ctx, clattn_tuning *t, const char *file,
+                                 const char *name, clattn_dtype xt, clattn_dtype yt, cl_kernel *k,
+                                 int *WG);
+/* Launches it over nrows rows of K elements: one row per work-item (lws as given, 0 = the
+ * device's choice) or per group of WG items (its passes over a row checked against the loop
+ * budget). */
+clattn_status clattn__launch_rows(clattn_context *ctx, const clattn_tuning *t, cl_kernel k,
+                                 int nrows, int K, int WG, size_t lws, const char *what);
 
 /* misc */
 static inline size_t clattn__round_up(size_t x, size_t m) { return (x + m - 1) / m * m; }

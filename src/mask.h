@@ -60,4 +60,9 @@ void clattn__mask_release(clattn_mask_args *m);
 clattn_status clattn__enqueue_softmax(clattn_context *ctx, const clattn_tuning *tune,
                                       const clattn_tensor *x, const clattn_mask_args *m,
                                       const clattn_tensor *y, const clattn_tensor *lse);
+/* softmax.c: the gradient of the softmax with respect to its scores (float32 y, dy, dx). */
+clattn_status clattn__enqueue_softmax_backward(clattn_context *ctx, const clattn_tuning *tune,
+                                               const clattn_tensor *y, const clattn_tensor *dy,
+                                               const clattn_mask_args *m,
+                                               const clattn_tensor *dx);
 #endif

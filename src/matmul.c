@@ -22,27 +22,29 @@ static operand describe(const clattn_tensor *t, int trans)
 }
 
 static clattn_status check_batch(clattn_context *ctx, const clattn_tensor *x, const char *name,
-                                 const clattn_tensor *C)
+                                 const clattn_tensor *C, const char *cname)
 {
     clattn_status st = CLATTN_SUCCESS;
     char s1[96], s2[96];
     if (x->ndim == 2)
         return CLATTN_SUCCESS; /* shared by every batch */
     CHECK(ctx, x->ndim == C->ndim && memcmp(x->dims, C->dims, sizeof(size_t) * (x->ndim - 2)) == 0,
-          CLATTN_ERROR_SHAPE_MISMATCH, "%s: batch dims of %s do not match C %s", name,
-          clattn__shape_str(x, s1, sizeof s1), clattn__shape_str(C, s2, sizeof s2));
+          CLATTN_ERROR_SHAPE_MISMATCH, "%s: batch dims of %s do not match %s %s", name,
+          clattn__shape_str(x, s1, sizeof s1), cname, clattn__shape_str(C, s2, sizeof s2));
 fail:
     return st;
 }
 
+/* C names the product's tensor in messages: "C", or "dC" for the backward's gradient. */
 static clattn_status check_matmul(clattn_context *ctx, const clattn_tensor *A, int ta,
-                                  const clattn_tensor *B, int tb, const clattn_tensor *C)
+                                  const clattn_tensor *B, int tb, const clattn_tensor *C,
+                                  const char *cname)
 {
     clattn_status st = CLATTN_SUCCESS;
     char s1[96], s2[96], s3[96];
     CHECK_ST(clattn__check_float_tensor(ctx, A, "A", 2, 4));
     CHECK_ST(clattn__check_float_tensor(ctx, B, "B", 2, 4));
-    CHECK_ST(clattn__check_float_tensor(ctx, C, "C", 2, 4));
+    CHECK_ST(clattn__check_float_tensor(ctx, C, cname, 2, 4));
     operand a = describe(A, ta), b = describe(B, tb);
     int M = (int)C->dims[C->ndim - 2], N = (int)C->dims[C->ndim - 1];
     CHECK(ctx, a.cols == b.rows, CLATTN_ERROR_SHAPE_MISMATCH,
@@ -50,13 +52,11 @@ static clattn_status check_matmul(clattn_context *ctx, const clattn_tensor *A, i
           clattn__shape_str(A, s1, sizeof s1), a.rows, a.cols, clattn__shape_str(B, s2, sizeof s2),
           b.rows, b.cols);
     CHECK(ctx, a.rows == M && b.cols == N, CLATTN_ERROR_SHAPE_MISMATCH,
-          "C: shape %s, expected (..., %d, %d) from A %s and B %s",
+          "%s: shape %s, expected (..., %d, %d) from A %s and B %s", cname,
           clattn__shape_str(C, s3, sizeof s3), a.rows, b.cols,
           clattn__shape_str(A, s1, sizeof s1), clattn__shape_str(B, s2, sizeof s2));
-    CHECK_ST(check_batch(ctx, A, "A", C));
-    CHECK_ST(check_batch(ctx, B, "B", C));
-    const clattn_arg outs[1] = {{C, "C"}}, ins[2] = {{A, "A"}, {B, "B"}};
-    CHECK_ST(clattn__check_no_overlap(ctx, outs, 1, ins, 2));
+    CHECK_ST(check_batch(ctx, A, "A", C, cname));
+    CHECK_ST(check_batch(ctx, B, "B", C, cname));
 fail:
     return st;
 }
@@ -68,7 +68,9 @@ clattn_status clattn_matmul(clattn_context *ctx, const clattn_tensor *A, int tra
     clattn_status st = CLATTN_SUCCESS;
     CHECK_DRY_RUN(ctx, clattn_matmul(ctx, A, trans_a, B, trans_b, alpha, beta, C));
     CHECK(NULL, ctx, CLATTN_ERROR_INVALID_ARGUMENT, "ctx: NULL context");
-    CHECK_ST(check_matmul(ctx, A, trans_a, B, trans_b, C));
+    CHECK_ST(check_matmul(ctx, A, trans_a, B, trans_b, C, "C"));
+    const clattn_arg outs[1] = {{C, "C"}}, ins[2] = {{A, "A"}, {B, "B"}};
+    CHECK_ST(clattn__check_no_overlap(ctx, outs, 1, ins, 2));
     CHECK_ST(clattn__enqueue_matmul(ctx, A, trans_a, B, trans_b, alpha, beta, NULL, C));
 fail:
     return st;
@@ -363,6 +365,156 @@ clattn_status clattn__enqueue_matmul(clattn_context *ctx, const clattn_tensor *A
         CHECK_ST(enqueue_packed(ctx, &tune, A, a, B, b, alpha, beta, bias ? &t32[1] : NULL,
                                 &t32[0], batch));
     CHECK_ST(clattn__cast_out(ctx, &t32[0], C)); /* a 16-bit C: each result rounded once */
+fail:
+    return st;
+}
+
+/* ---- backward ---- */
+
+/* Batch b of a batched tensor (its last two dims), or t itself when it is 2-D (shared). */
+static clattn_tensor batch_view(const clattn_tensor *t, size_t b)
+{
+    if (t->ndim == 2)
+        return *t;
+    size_t m = t->dims[t->ndim - 2], n = t->dims[t->ndim - 1];
+    return clattn_view(t->buf, t->dtype, t->offset + b * m * n, 2, &t->dims[t->ndim - 2]);
+}
+
+/* dX = alpha op_tp(P) op_tr(R), the gradient of a matmul operand X. When X is 2-D (shared by
+ * every batch) while the product had nb > 1 batches, its gradient sums theirs: one product per
+ * batch, each added to the sum so far, in batch order (the same bits on every run). */
+static clattn_status operand_grad(clattn_context *ctx, const clattn_tensor *P, int tp,
+                                  const clattn_tensor *R, int tr, float alpha, size_t nb,
+                                  const clattn_tensor *dX)
+{
+    clattn_status st = CLATTN_SUCCESS;
+    if (dX->ndim > 2 || nb == 1)
+        return clattn__enqueue_matmul(ctx, P, tp, R, tr, alpha, 0.0f, NULL, dX);
+    for (size_t b = 0; b < nb; b++) {
+        clattn_tensor pb = batch_view(P, b), rb = batch_view(R, b);
+        CHECK_ST(clattn__enqueue_matmul(ctx, &pb, tp, &rb, tr, alpha, b ? 1.0f : 0.0f, NULL, dX));
+    }
+fail:
+    return st;
+}
+
+/* A float32 gradient dX of X's shape, or NULL. */
+static clattn_status check_grad(clattn_context *ctx, const clattn_tensor *dX, const char *name,
+                                const clattn_tensor *X, const char *xname)
+{
+    clattn_status st = CLATTN_SUCCESS;
+    char s1[96], s2[96];
+    if (!dX)
+        return CLATTN_SUCCESS;
+    CHECK_ST(clattn__check_tensor(ctx, dX, name, CLATTN_FLOAT32, 1, 4));
+    CHECK(ctx, dX->ndim == X->ndim && memcmp(dX->dims, X->dims, sizeof(size_t) * X->ndim) == 0,
+          CLATTN_ERROR_SHAPE_MISMATCH, "%s: shape %s, expected %s's shape %s", name,
+          clattn__shape_str(dX, s1, sizeof s1), xname, clattn__shape_str(X, s2, sizeof s2));
+fail:
+    return st;
+}
+
+clattn_status clattn_matmul_backward(clattn_context *ctx, const clattn_tensor *A, int trans_a,
+                                     const clattn_tensor *B, int trans_b, float alpha,
+                                     const clattn_tensor *dC, const clattn_tensor *dA,
+                                     const clattn_tensor *dB)
+{
+    clattn_status st = CLATTN_SUCCESS;
+    CHECK_DRY_RUN(ctx, clattn_matmul_backward(ctx, A, trans_a, B, trans_b, alpha, dC, dA, dB));
+    CHECK(NULL, ctx, CLATTN_ERROR_INVALID_ARGUMENT, "ctx: NULL context");
+    CHECK_ST(clattn__check_tensor(ctx, A, "A", CLATTN_FLOAT32, 2, 4));
+    CHECK_ST(clattn__check_tensor(ctx, B, "B", CLATTN_FLOAT32, 2, 4));
+    CHECK_ST(clattn__check_tensor(ctx, dC, "dC", CLATTN_FLOAT32, 2, 4));
+    CHECK_ST(check_matmul(ctx, A, trans_a, B, trans_b, dC, "dC"));
+    CHECK_ST(check_grad(ctx, dA, "dA", A, "A"));
+    CHECK_ST(check_grad(ctx, dB, "dB", B, "B"));
+    const clattn_arg outs[2] = {{dA, "dA"}, {dB, "dB"}};
+    const clattn_arg ins[3] = {{A, "A"}, {B, "B"}, {dC, "dC"}};
+    CHECK_ST(clattn__check_no_overlap(ctx, outs, 2, ins, 3));
+    size_t nb = clattn__batch_count(dC, 2);
+    /* C = alpha op(A) op(B): d op(A) = alpha dC op(B)^T and d op(B) = alpha op(A)^T dC, each
+     * transposed back when the operand was read transposed */
+    if (dA && !trans_a)
+        CHECK_ST(operand_grad(ctx, dC, 0, B, !trans_b, alpha, nb, dA));
+    else if (dA)
+        CHECK_ST(operand_grad(ctx, B, trans_b, dC, 1, alpha, nb, dA));
+    if (dB && !trans_b)
+        CHECK_ST(operand_grad(ctx, A, !trans_a, dC, 0, alpha, nb, dB));
+    else if (dB)
+        CHECK_ST(operand_grad(ctx, dC, 1, A, trans_a, alpha, nb, dB));
+fail:
+    return st;
+}
+
+/* db (cols) = the column sums of x2 (rows, cols), in row order, split over launches under the
+ * matmul variant's loop budget (llvmpipe ends long loops). */
+static clattn_status enqueue_column_sums(clattn_context *ctx, const clattn_tensor *x2,
+                                         const clattn_tensor *db)
+{
+    clattn_status st = CLATTN_SUCCESS;
+    clattn_tuning t;
+    cl_kernel k;
+    int rows = (int)x2->dims[0], cols = (int)x2->dims[1];
+    int x_off = (int)x2->offset, y_off = (int)db->offset;
+    size_t chunk, gws = clattn__div_up((size_t)cols, 16);
+    CHECK_ST(clattn__tune(ctx, "matmul", &t));
+    /* loop iterations per item as clattn__loop_budget counts them: a partial 16 columns' 15
+     * scalar sums over the rows */
+    CHECK_ST(clattn__loop_units(ctx, clattn__loop_budget(ctx, &t), 32, 15, (size_t)rows, &chunk,
+                                "linear_backward: the bias gradient's sum over rows"));
+    CHECK_ST(clattn__get_kernel(ctx, "matmul.cl", "", "column_sums", &k));
+    for (int r0 = 0; r0 < rows; r0 += (int)chunk) {
+        int r1 = rows - r0 < (int)chunk ? rows : r0 + (int)chunk, acc = r0 > 0;
+        CHECK_ST(clattn__set_args(ctx, k, "column_sums", ARG(x2->buf), ARG(x_off), ARG(cols),
+                                  ARG(r0), ARG(r1), ARG(db->buf), ARG(y_off), ARG(acc),
+                                  ARGS_END));
+        CHECK_ST(clattn__launch(ctx, k, 1, &gws, NULL, "column_sums"));
+    }
+fail:
+    return st;
+}
+
+clattn_status clattn_linear_backward(clattn_context *ctx, const clattn_tensor *x,
+                                     const clattn_tensor *W, const clattn_tensor *dy,
+                                     const clattn_tensor *dx, const clattn_tensor *dW,
+                                     const clattn_tensor *db)
+{
+    clattn_status st = CLATTN_SUCCESS;
+    char s1[96], s2[96];
+    CHECK_DRY_RUN(ctx, clattn_linear_backward(ctx, x, W, dy, dx, dW, db));
+    CHECK(NULL, ctx, CLATTN_ERROR_INVALID_ARGUMENT, "ctx: NULL context");
+    CHECK_ST(clattn__check_tensor(ctx, x, "x", CLATTN_FLOAT32, 1, 4));
+    CHECK_ST(clattn__check_tensor(ctx, W, "W", CLATTN_FLOAT32, 2, 2));
+    CHECK_ST(clattn__check_tensor(ctx, dy, "dy", CLATTN_FLOAT32, 1, 4));
+    size_t in = x->dims[x->ndim - 1], out = W->dims[0], rows = clattn_tensor_numel(x) / in;
+    CHECK(ctx, W->dims[1] == in, CLATTN_ERROR_SHAPE_MISMATCH,
+          "W: shape %s, expected (out_features, %zu) for x %s", clattn__shape_str(W, s1, sizeof s1),
+          in, clattn__shape_str(x, s2, sizeof s2));
+    CHECK(ctx, dy->ndim == x->ndim && dy->dims[dy->ndim - 1] == out &&
+                   memcmp(dy->dims, x->dims, sizeof(size_t) * (x->ndim - 1)) == 0,
+          CLATTN_ERROR_SHAPE_MISMATCH, "dy: shape %s, expected x's leading dims and %zu features",
+          clattn__shape_str(dy, s1, sizeof s1), out);
+    CHECK_ST(check_grad(ctx, dx, "dx", x, "x"));
+    CHECK_ST(check_grad(ctx, dW, "dW", W, "W"));
+    if (db) {
+        CHECK_ST(clattn__check_tensor(ctx, db, "db", CLATTN_FLOAT32, 1, 1));
+        CHECK(ctx, db->dims[0] == out, CLATTN_ERROR_SHAPE_MISMATCH,
+              "db: %zu elements, expected out_features = %zu", db->dims[0], out);
+    }
+    const clattn_arg outs[3] = {{dx, "dx"}, {dW, "dW"}, {db, "db"}};
+    const clattn_arg ins[3] = {{x, "x"}, {W, "W"}, {dy, "dy"}};
+    CHECK_ST(clattn__check_no_overlap(ctx, outs, 3, ins, 3));
+    size_t d2x[2] = {rows, in}, d2y[2] = {rows, out};
+    clattn_tensor x2 = clattn_view(x->buf, x->dtype, x->offset, 2, d2x);
+    clattn_tensor dy2 = clattn_view(dy->buf, dy->dtype, dy->offset, 2, d2y);
+    if (dx) { /* dx = dy W */
+        clattn_tensor dx2 = clattn_view(dx->buf, dx->dtype, dx->offset, 2, d2x);
+        CHECK_ST(clattn__enqueue_matmul(ctx, &dy2, 0, W, 0, 1.0f, 0.0f, NULL, &dx2));
+    }
+    if (dW) /* dW = dy^T x over every row */
+        CHECK_ST(clattn__enqueue_matmul(ctx, &dy2, 1, &x2, 0, 1.0f, 0.0f, NULL, dW));
+    if (db)
+        CHECK_ST(enqueue_column_sums(ctx, &dy2, db));
 fail:
     return st;
 }

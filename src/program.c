@@ -394,12 +394,11 @@ fail:
     return st;
 }
 
-clattn_status clattn__set_args(clattn_context *ctx, cl_kernel k, const char *what, ...)
+static clattn_status set_args_v(clattn_context *ctx, cl_kernel k, const char *what, cl_uint first,
+                                va_list ap)
 {
     clattn_status st = CLATTN_SUCCESS;
-    va_list ap;
-    va_start(ap, what);
-    for (cl_uint i = 0;; i++) {
+    for (cl_uint i = first;; i++) {
         size_t size = va_arg(ap, size_t);
         if (size == 0)
             break;
@@ -412,6 +411,24 @@ clattn_status clattn__set_args(clattn_context *ctx, cl_kernel k, const char *wha
             break;
         }
     }
+    return st;
+}
+
+clattn_status clattn__set_args(clattn_context *ctx, cl_kernel k, const char *what, ...)
+{
+    va_list ap;
+    va_start(ap, what);
+    clattn_status st = set_args_v(ctx, k, what, 0, ap);
+    va_end(ap);
+    return st;
+}
+
+clattn_status clattn__set_args_at(clattn_context *ctx, cl_kernel k, const char *what,
+                                  cl_uint first, ...)
+{
+    va_list ap;
+    va_start(ap, first);
+    clattn_status st = set_args_v(ctx, k, what, first, ap);
     va_end(ap);
     return st;
 }

@@ -225,3 +225,81 @@ void ref_attention_lse(const ref_mask *m, int d, const double *q, const double *
         ref_masked_lse_d(m, s, lse);
     free(s);
 }
+
+void ref_masked_softmax_backward(const ref_mask *m, const double *y, const double *dy, double *dx,
+                                 double *scale)
+{
+    for (int d0 = 0; d0 < m->D0; d0++)
+        for (int d1 = 0; d1 < m->D1; d1++)
+            for (int q = 0; q < m->Q; q++) {
+                size_t row = (((size_t)d0 * m->D1 + d1) * m->Q + q) * (size_t)m->K;
+                double s = 0, sa = 0;
+                for (int k = 0; k < m->K; k++) {
+                    s += y[row + k] * dy[row + k];
+                    sa += fabs(y[row + k] * dy[row + k]);
+                }
+                for (int k = 0; k < m->K; k++) {
+                    size_t i = row + k;
+                    int open = !ref_blocked(m, d0, d1, q, k);
+                    dx[i] = open ? y[i] * (dy[i] - s) : 0.0;
+                    if (scale)
+                        scale[i] = open ? fabs(y[i]) * (fabs(dy[i]) + sa) + 1e-30 : 1e-30;
+                }
+            }
+}
+
+/* The row's log-sum-exp in double; -inf for a row of -inf, NaN with a NaN or +inf logit. */
+static double row_lse_d(const double *x, int V)
+{
+    double mx = -INFINITY, s = 0;
+    for (int v = 0; v < V; v++)
+        mx = x[v] > mx || isnan(x[v]) ? x[v] : mx;
+    if (isnan(mx) || mx == INFINITY)
+        return NAN;
+    if (mx == -INFINITY)
+        return -INFINITY;
+    for (int v = 0; v < V; v++)
+        s += exp(x[v] - mx);
+    return mx + log(s);
+}
+
+static double ce_weight(const int *lens, int b, int t, int T)
+{
+    int l = lens ? (lens[b] < 0 ? 0 : lens[b] > T ? T : lens[b]) : T;
+    return t < l ? 1.0 : 0.0;
+}
+
+void ref_ce_loss(int B, int T, int V, const double *x, const int *labels, const int *lens,
+                 double *loss, double *lse)
+{
+    for (int b = 0; b < B; b++) {
+        double s = 0;
+        for (int t = 0; t < T; t++) {
+            size_t r = (size_t)b * T + t;
+            double l = row_lse_d(x + r * V, V), ce;
+            int lab = labels[r];
+            if (lse)
+                lse[r] = l;
+            ce = lab == -100 ? 0.0 : lab >= 0 && lab < V ? l - x[r * V + lab] : NAN;
+            s += ce_weight(lens, b, t, T) * ce;
+        }
+        loss[b] = s / T;
+    }
+}
+
+void ref_ce_loss_backward(int B, int T, int V, const double *x, const int *labels,
+                          const int *lens, const double *dloss, double *dx)
+{
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++) {
+            size_t r = (size_t)b * T + t;
+            double l = row_lse_d(x + r * V, V), c = dloss[b] * ce_weight(lens, b, t, T) / T;
+            int lab = labels[r];
+            if (lab == -100)
+                c *= 0.0;
+            else if (lab < 0 || lab >= V)
+                c = NAN;
+            for (int v = 0; v < V; v++)
+                dx[r * V + v] = c * (exp(x[r * V + v] - l) - (v == lab ? 1.0 : 0.0));
+        }
+}

@@ -77,6 +77,18 @@ void ref_attention_scale(size_t nb, int nq, int nk, int dv, const double *w, con
  * rounding (either may be NULL). */
 void ref_attention_lse(const ref_mask *m, int d, const double *q, const double *k, double scale,
                        double *lse, double *mag);
+/* The gradient of masked softmax with respect to its scores from its output y and dy, rows as
+ * ref_masked_softmax's: y (dy - sum_k y_k dy_k), 0 at blocked keys; scale (or NULL) the error
+ * scale |y| (|dy| + sum_k |y_k dy_k|) of each element. */
+void ref_masked_softmax_backward(const ref_mask *m, const double *y, const double *dy, double *dx,
+                                 double *scale);
+/* d2l's MaskedSoftmaxCELoss on logits x (B, T, V), labels (B, T) (-100 ignored), lens (B) or NULL:
+ * loss (B) and each position's log-sum-exp lse (B, T) (or NULL); and its gradient with respect
+ * to x given dloss (B). */
+void ref_ce_loss(int B, int T, int V, const double *x, const int *labels, const int *lens,
+                 double *loss, double *lse);
+void ref_ce_loss_backward(int B, int T, int V, const double *x, const int *labels,
+                          const int *lens, const double *dloss, double *dx);
 /* Converts n floats to doubles (malloc'd). */
 double *ref_to_double(const float *x, size_t n);
 #endif

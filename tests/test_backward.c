@@ -1,0 +1,500 @@
+/* Backward passes of the building blocks: masked softmax, dropout, matmul and linear, each against
+ * double-precision central finite differences of the double forward reference on small shapes
+ * and against the analytic double reference on every shape; bad input. */
+#include "harness.h"
+#include "ref.h"
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Analytic references: each gradient element is a sum of float32 products and one or two
+ * roundings per term; 1e-5 of its error scale (the sum of the magnitudes it adds) is ~100x the
+ * rounding of sums of a few hundred terms, while one wrong term moves it by far more. */
+#define GRAD_TOL 1e-5
+/* Finite differences: central, step FD_H in double on the double forward: truncation ~h^2 and
+ * cancellation ~1e-16 / h, both far below the device's float32 error. The device's gradient is
+ * held to FD_TOL of its error scale: the float32 forward output it starts from (softmax) and its
+ * own sums. */
+#define FD_H 1e-5
+#define FD_TOL 1e-4
+
+/* Central differences of f at x (n doubles) into g: g_i = (f(x + h e_i) - f(x - h e_i)) / 2h. */
+typedef double (*fd_fn)(const double *x, void *arg);
+static void finite_diff(double *x, size_t n, fd_fn f, void *arg, double *g)
+{
+    for (size_t i = 0; i < n; i++) {
+        double x0 = x[i];
+        x[i] = x0 + FD_H;
+        double hi = f(x, arg);
+        x[i] = x0 - FD_H;
+        double lo = f(x, arg);
+        x[i] = x0;
+        g[i] = (hi - lo) / (2 * FD_H);
+    }
+}
+
+/* ---- masked softmax ---- */
+
+typedef struct {
+    int rank;
+    size_t dims[4];
+    h_mask_spec mask;
+    double scale;  /* scores uniform in [-scale, scale] */
+    int inplace;   /* dscores = dout */
+    int nan_dout;  /* > 0: dout's element nan_dout - 1 of every row is NaN */
+} smb_case;
+
+typedef struct {
+    const ref_mask *m;
+    const double *dy;
+    double *y;
+    size_t n;
+} smb_fd;
+
+/* sum_k dy_k softmax(x)_k over every row: its gradient is the softmax backward's output */
+static double smb_loss(const double *x, void *arg)
+{
+    smb_fd *a = arg;
+    double s = 0;
+    ref_masked_softmax_d(a->m, x, a->y);
+    for (size_t i = 0; i < a->n; i++)
+        s += a->dy[i] * a->y[i];
+    return s;
+}
+
+static void run_smb(const smb_case *c)
+{
+    h_mask hm;
+    size_t n = 1, K = c->dims[c->rank - 1];
+    for (int i = 0; i < c->rank; i++)
+        n *= c->dims[i];
+    float *x = malloc(n * 4), *dy = malloc(n * 4);
+    double *ref = malloc(n * 8), *sc = malloc(n * 8);
+    h_fill(x, n, -c->scale, c->scale);
+    h_fill(dy, n, -1, 1);
+    for (size_t i = c->nan_dout - 1; c->nan_dout && i < n; i += K)
+        dy[i] = NAN;
+    h_mask_make(&hm, &c->mask, c->rank, c->dims);
+    clattn_tensor tx = h_tensor(CLATTN_FLOAT32, c->rank, c->dims, x);
+    clattn_tensor ty = h_tensor(CLATTN_FLOAT32, c->rank, c->dims, NULL);
+    clattn_tensor tdy = h_tensor(CLATTN_FLOAT32, c->rank, c->dims, dy);
+    clattn_tensor tdx = c->inplace ? tdy : h_tensor(CLATTN_FLOAT32, c->rank, c->dims, NULL);
+    if (!c->inplace)
+        h_poison(&tdx);
+    if (clattn_masked_softmax(h_ctx, &tx, &hm.m, &ty) != CLATTN_SUCCESS)
+        fail_msg("masked_softmax: %s", clattn_last_error(h_ctx));
+    if (clattn_masked_softmax_backward(h_ctx, &ty, &tdy, &hm.m, &tdx) != CLATTN_SUCCESS)
+        fail_msg("masked_softmax_backward: %s", clattn_last_error(h_ctx));
+    float *y = h_read(&ty), *got = h_read(&tdx);
+    double *yd = ref_to_double(y, n), *dyd = ref_to_double(dy, n);
+    ref_masked_softmax_backward(&hm.r, yd, dyd, ref, sc);
+    char what[200];
+    snprintf(what, sizeof what, "softmax backward rank %d (%d,%d,%d,%d) lens %d mask %d causal %d "
+             "window %d%s", c->rank, hm.r.D0, hm.r.D1, hm.r.Q, hm.r.K, c->mask.lens,
+             c->mask.mask_rank, c->mask.causal, c->mask.window, c->inplace ? " in place" : "");
+    h_assert_scaled(got, ref, sc, n, GRAD_TOL, what);
+    for (size_t i = 0; i < n; i++) /* blocked keys: exactly 0, whatever the row holds */
+        if (ref[i] == 0.0 && got[i] != 0.0f)
+            fail_msg("%s: element %zu of a blocked key is %.9g, not 0", what, i, got[i]);
+    if (n <= 400 && !c->nan_dout) { /* the true gradient of the forward */
+        double *xd = ref_to_double(x, n), *g = malloc(n * 8), *ybuf = malloc(n * 8), mag = 0;
+        smb_fd a = {&hm.r, dyd, ybuf, n};
+        finite_diff(xd, n, smb_loss, &a, g);
+        /* the differences' own noise: a few double roundings of the whole sum over 2h */
+        for (size_t i = 0; i < n; i++)
+            mag += fabs(dyd[i] * yd[i]);
+        for (size_t i = 0; i < n; i++)
+            sc[i] += 1e-15 * mag / FD_H / FD_TOL;
+        snprintf(what + strlen(what), sizeof what - strlen(what), " (finite differences)");
+        h_assert_scaled(got, g, sc, n, FD_TOL, what);
+        free(xd);
+        free(g);
+        free(ybuf);
+    }
+    free(y);
+    free(got);
+    free(yd);
+    free(dyd);
+    if (!c->inplace)
+        clattn_tensor_release(&tdx);
+    clattn_tensor_release(&tdy);
+    clattn_tensor_release(&ty);
+    clattn_tensor_release(&tx);
+    h_mask_free(&hm);
+    free(x);
+    free(dy);
+    free(ref);
+    free(sc);
+}
+
+#define SMB_CASES(...)                                                \
+    do {                                                              \
+        const smb_case cs_[] = {__VA_ARGS__};                         \
+        for (size_t i_ = 0; i_ < sizeof cs_ / sizeof cs_[0]; i_++)    \
+            run_smb(&cs_[i_]);                                        \
+    } while (0)
+
+static void test_softmax_backward(void **s)
+{
+    (void)s;
+    static const int l4[] = {0, 1, 4, 3}, l5[] = {5, 0, 2}, l2d[] = {0, 7, 3, 1, 7, 6};
+    SMB_CASES({3, {1, 1, 1}, {0}, 3}, {1, {13}, {0}, 3}, {2, {5, 7}, {0}, 3},
+              {3, {2, 3, 9}, {0}, 3}, {4, {2, 3, 4, 17}, {0}, 3},
+              /* lengths 0 (uniform forward rows, zero gradients) to K, host and device */
+              {3, {4, 2, 4}, {.lens = H_LENS_1D, .fixed_lens = l4}, 3},
+              {3, {3, 2, 5}, {.lens = H_LENS_1D, .lens_on_device = 1, .fixed_lens = l5}, 3},
+              {3, {2, 3, 7}, {.lens = H_LENS_2D, .fixed_lens = l2d}, 3},
+              /* broadcast 0/1 masks, causal top-left and bottom-right, windows */
+              {4, {2, 3, 4, 5}, {.mask_rank = 2, .mask_dims = {4, 5}}, 3},
+              {4, {2, 3, 4, 5}, {.mask_rank = 4, .mask_dims = {2, 1, 4, 5}}, 3},
+              {3, {2, 5, 5}, {.causal = 1}, 3},
+              {3, {2, 3, 6}, {.causal = 1, .align = 1}, 3},
+              {3, {2, 7, 9}, {.window = 1, .window_left = 2, .window_right = 1}, 3},
+              {3, {2, 4, 9}, {.lens = H_LENS_1D, .causal = 1, .fill = -1e9f}, 3},
+              /* large logits, in place, a NaN in dout (NaN rows but exact zeros where blocked) */
+              {3, {2, 3, 11}, {.lens = H_LENS_2D}, 1000},
+              {3, {3, 4, 16}, {.lens = H_LENS_1D}, 3, 1},
+              {3, {2, 4, 15}, {.lens = H_LENS_1D, .fixed_lens = (const int[]){3, 9}}, 3, 0, 12});
+    if (!h_small())
+        SMB_CASES({3, {2, 5, 1000}, {.lens = H_LENS_2D}, 3},
+                  {4, {2, 3, 4, 127}, {.mask_rank = 3, .mask_dims = {3, 1, 127}}, 3});
+}
+
+/* ---- dropout ---- */
+
+static void test_dropout_backward(void **s)
+{
+    (void)s;
+    const size_t n = h_small() ? 1003 : 20011;
+    float *dy = malloc(n * 4), *fw = NULL;
+    double *ref = malloc(n * 8);
+    h_fill(dy, n, -2, 2);
+    clattn_dropout_params p = {0.3f, 1, 77, 5};
+    clattn_tensor tdy = h_tensor(CLATTN_FLOAT32, 1, H_DIMS(n), dy);
+    clattn_tensor tdx = h_tensor(CLATTN_FLOAT32, 1, H_DIMS(n), NULL);
+    clattn_tensor tfw = h_tensor(CLATTN_FLOAT32, 1, H_DIMS(n), NULL);
+    h_poison(&tdx);
+    if (clattn_dropout_backward(h_ctx, &tdy, &p, &tdx) != CLATTN_SUCCESS)
+        fail_msg("dropout_backward: %s", clattn_last_error(h_ctx));
+    float *got = h_read(&tdx);
+    for (size_t i = 0; i < n; i++)
+        ref[i] = dy[i];
+    ref_dropout(ref, n, 0, p.seed, p.offset, p.p);
+    /* dy * fl(1 / (1 - p)) rounded: the factor's rounding and the product's, u = 2^-24 each */
+    h_assert_close(got, ref, n, 0x1p-23 * 1.01, 0, "dropout backward");
+    /* the forward's mask: the forward of dy gives the same bits */
+    if (clattn_dropout(h_ctx, &tdy, &p, &tfw) != CLATTN_SUCCESS)
+        fail_msg("dropout: %s", clattn_last_error(h_ctx));
+    fw = h_read(&tfw);
+    assert_memory_equal(fw, got, n * 4);
+    free(fw);
+    free(got);
+    clattn_tensor_release(&tfw);
+    clattn_tensor_release(&tdx);
+    clattn_tensor_release(&tdy);
+    free(dy);
+    free(ref);
+}
+
+/* ---- matmul ---- */
+
+typedef struct {
+    int M, N, K, ta, tb;
+    int nb;            /* batches of C (0: 2-D C) */
+    int a_shared, b_shared; /* 2-D A or B shared by the batches */
+    float alpha;
+} mmb_case;
+
+typedef struct {
+    const mmb_case *c;
+    const double *other, *dC;
+    int wrt_b;
+} mmb_fd;
+
+/* op(X) (r x c) element (i, j) of batch b of a (batch-strided, maybe transposed) operand */
+static double op_at(const double *X, size_t bs, int b, int t, int r, int cc, int i, int j)
+{
+    return t ? X[b * bs + (size_t)j * r + i] : X[b * bs + (size_t)i * cc + j];
+}
+
+/* sum over C of dC * alpha op(A) op(B), as a function of A (or B when wrt_b) */
+static double mmb_loss(const double *x, void *arg)
+{
+    mmb_fd *a = arg;
+    const mmb_case *c = a->c;
+    const double *A = a->wrt_b ? a->other : x, *B = a->wrt_b ? x : a->other;
+    int nb = c->nb ? c->nb : 1;
+    size_t abs_ = c->a_shared ? 0 : (size_t)c->M * c->K, bbs = c->b_shared ? 0 : (size_t)c->K * c->N;
+    double s = 0;
+    for (int b = 0; b < nb; b++)
+        for (int i = 0; i < c->M; i++)
+            for (int j = 0; j < c->N; j++) {
+                double v = 0;
+                for (int k = 0; k < c->K; k++)
+                    v += op_at(A, abs_, b, c->ta, c->M, c->K, i, k) *
+                         op_at(B, bbs, b, c->tb, c->K, c->N, k, j);
+                s += a->dC[((size_t)b * c->M + i) * c->N + j] * c->alpha * v;
+            }
+    return s;
+}
+
+static clattn_tensor operand(int nb, int shared, int rows, int cols, const float *host)
+{
+    return nb && !shared ? h_tensor(CLATTN_FLOAT32, 3, H_DIMS(nb, rows, cols), host)
+                         : h_tensor(CLATTN_FLOAT32, 2, H_DIMS(rows, cols), host);
+}
+
+/* The gradient of one operand against finite differences of mmb_loss (which are exact but for
+ * rounding: the loss is linear in each operand), with the error scale sum |dC| |other|. */
+static void check_operand(const mmb_case *c, const float *got, const double *x, size_t n,
+                          const double *other, const double *dC, int wrt_b, const char *what)
+{
+    double *xd = malloc(n * 8), *g = malloc(n * 8), *sc = malloc(n * 8), *oa = NULL, *da = NULL;
+    memcpy(xd, x, n * 8);
+    mmb_fd a = {c, other, dC, wrt_b};
+    finite_diff(xd, n, mmb_loss, &a, g);
+    /* the scale: the same derivative over |dC| and |other| */
+    size_t no = wrt_b ? (size_t)(c->a_shared || !c->nb ? 1 : c->nb) * c->M * c->K
+                      : (size_t)(c->b_shared || !c->nb ? 1 : c->nb) * c->K * c->N;
+    size_t nc = (size_t)(c->nb ? c->nb : 1) * c->M * c->N;
+    oa = malloc(no * 8);
+    da = malloc(nc * 8);
+    for (size_t i = 0; i < no; i++)
+        oa[i] = fabs(other[i]);
+    for (size_t i = 0; i < nc; i++)
+        da[i] = fabs(dC[i]);
+    mmb_fd b = {c, oa, da, wrt_b};
+    for (size_t i = 0; i < n; i++)
+        xd[i] = 0;
+    finite_diff(xd, n, mmb_loss, &b, sc);
+    for (size_t i = 0; i < n; i++)
+        sc[i] = fabs(sc[i]) + 1e-30;
+    h_assert_scaled(got, g, sc, n, GRAD_TOL, what);
+    free(xd);
+    free(g);
+    free(sc);
+    free(oa);
+    free(da);
+}
+
+static void run_mmb(const mmb_case *c)
+{
+    int nb = c->nb ? c->nb : 1;
+    size_t na = (size_t)(c->a_shared || !c->nb ? 1 : nb) * c->M * c->K;
+    size_t nbb = (size_t)(c->b_shared || !c->nb ? 1 : nb) * c->K * c->N, nc = (size_t)nb * c->M * c->N;
+    float *A = malloc(na * 4), *B = malloc(nbb * 4), *dC = malloc(nc * 4);
+    h_fill(A, na, -1, 1);
+    h_fill(B, nbb, -1, 1);
+    h_fill(dC, nc, -1, 1);
+    int ar = c->ta ? c->K : c->M, ac = c->ta ? c->M : c->K;
+    int br = c->tb ? c->N : c->K, bc = c->tb ? c->K : c->N;
+    clattn_tensor tA = operand(c->nb, c->a_shared, ar, ac, A), tB = operand(c->nb, c->b_shared, br, bc, B);
+    clattn_tensor tdC = operand(c->nb, 0, c->M, c->N, dC);
+    clattn_tensor tdA = operand(c->nb, c->a_shared, ar, ac, NULL);
+    clattn_tensor tdB = operand(c->nb, c->b_shared, br, bc, NULL);
+    h_poison(&tdA);
+    h_poison(&tdB);
+    if (clattn_matmul_backward(h_ctx, &tA, c->ta, &tB, c->tb, c->alpha, &tdC, &tdA, &tdB) !=
+        CLATTN_SUCCESS)
+        fail_msg("matmul_backward: %s", clattn_last_error(h_ctx));
+    float *gA = h_read(&tdA), *gB = h_read(&tdB);
+    double *Ad = ref_to_double(A, na), *Bd = ref_to_double(B, nbb), *dCd = ref_to_double(dC, nc);
+    char what[160];
+    snprintf(what, sizeof what, "matmul backward M %d N %d K %d ta %d tb %d batches %d shared %d%d "
+             "alpha %g: dA", c->M, c->N, c->K, c->ta, c->tb, c->nb, c->a_shared, c->b_shared,
+             (double)c->alpha);
+    check_operand(c, gA, Ad, na, Bd, dCd, 0, what);
+    what[strlen(what) - 1] = 'B';
+    check_operand(c, gB, Bd, nbb, Ad, dCd, 1, what);
+    free(gA);
+    free(gB);
+    free(Ad);
+    free(Bd);
+    free(dCd);
+    clattn_tensor *ts[] = {&tA, &tB, &tdC, &tdA, &tdB};
+    for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
+        clattn_tensor_release(ts[i]);
+    free(A);
+    free(B);
+    free(dC);
+}
+
+static void test_matmul_backward(void **s)
+{
+    (void)s;
+    static const mmb_case cs[] = {
+        {1, 1, 1, 0, 0, 0, 0, 0, 1}, {5, 7, 3, 0, 0, 0, 0, 0, 1}, {5, 7, 3, 1, 0, 0, 0, 0, 2},
+        {5, 7, 3, 0, 1, 0, 0, 0, -0.5f}, {6, 4, 9, 1, 1, 0, 0, 0, 1},
+        {4, 3, 5, 0, 0, 3, 0, 0, 1}, {4, 3, 5, 1, 1, 2, 0, 0, 1.5f},
+        /* a shared operand's gradient sums the batches */
+        {4, 3, 5, 0, 0, 3, 1, 0, 1}, {4, 3, 5, 1, 0, 3, 0, 1, 1}, {3, 6, 2, 0, 1, 4, 0, 1, 1},
+        {17, 15, 33, 0, 1, 2, 1, 0, 1}};
+    for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++)
+        run_mmb(&cs[i]);
+}
+
+/* ---- linear ---- */
+
+typedef struct {
+    int rank;
+    size_t lead[3]; /* x (lead..., in) */
+    int in, out;
+} lb_case;
+
+static void run_lb(const lb_case *c)
+{
+    size_t rows = 1, xd[4], yd[4];
+    for (int i = 0; i < c->rank - 1; i++) {
+        rows *= c->lead[i];
+        xd[i] = yd[i] = c->lead[i];
+    }
+    xd[c->rank - 1] = (size_t)c->in;
+    yd[c->rank - 1] = (size_t)c->out;
+    size_t nx = rows * c->in, nw = (size_t)c->out * c->in, ny = rows * c->out;
+    float *x = malloc(nx * 4), *W = malloc(nw * 4), *dy = malloc(ny * 4);
+    h_fill(x, nx, -1, 1);
+    h_fill(W, nw, -1, 1);
+    h_fill(dy, ny, -1, 1);
+    clattn_tensor tx = h_tensor(CLATTN_FLOAT32, c->rank, xd, x);
+    clattn_tensor tW = h_tensor(CLATTN_FLOAT32, 2, H_DIMS(c->out, c->in), W);
+    clattn_tensor tdy = h_tensor(CLATTN_FLOAT32, c->rank, yd, dy);
+    clattn_tensor tdx = h_tensor(CLATTN_FLOAT32, c->rank, xd, NULL);
+    clattn_tensor tdW = h_tensor(CLATTN_FLOAT32, 2, H_DIMS(c->out, c->in), NULL);
+    clattn_tensor tdb = h_tensor(CLATTN_FLOAT32, 1, H_DIMS(c->out), NULL);
+    h_poison(&tdx);
+    h_poison(&tdW);
+    h_poison(&tdb);
+    if (clattn_linear_backward(h_ctx, &tx, &tW, &tdy, &tdx, &tdW, &tdb) != CLATTN_SUCCESS)
+        fail_msg("linear_backward: %s", clattn_last_error(h_ctx));
+    float *gx = h_read(&tdx), *gW = h_read(&tdW), *gb = h_read(&tdb);
+    /* y = x W^T + b is matmul(x, W^T) plus b: its x and W gradients are those of that product
+     * (checked against finite differences by the matmul test), here computed in double; db sums
+     * dy over the rows */
+    double *Xd = ref_to_double(x, nx), *Wd = ref_to_double(W, nw), *dYd = ref_to_double(dy, ny);
+    double *rx = malloc(nx * 8), *rw = malloc(nw * 8), *rb = malloc((size_t)c->out * 8);
+    double *sx = malloc(nx * 8), *sw = malloc(nw * 8), *sb = malloc((size_t)c->out * 8);
+    ref_gemm((int)rows, c->in, c->out, dYd, 0, Wd, 0, rx);
+    ref_gemm(c->out, c->in, (int)rows, dYd, 1, Xd, 0, rw);
+    for (size_t i = 0; i < nx; i++)
+        Xd[i] = fabs(Xd[i]);
+    for (size_t i = 0; i < nw; i++)
+        Wd[i] = fabs(Wd[i]);
+    for (size_t i = 0; i < ny; i++)
+        dYd[i] = fabs(dYd[i]);
+    ref_gemm((int)rows, c->in, c->out, dYd, 0, Wd, 0, sx);
+    ref_gemm(c->out, c->in, (int)rows, dYd, 1, Xd, 0, sw);
+    for (int j = 0; j < c->out; j++) {
+        rb[j] = sb[j] = 0;
+        for (size_t r = 0; r < rows; r++) {
+            rb[j] += dy[r * c->out + j];
+            sb[j] += fabs(dy[r * c->out + j]);
+        }
+    }
+    char what[120];
+    snprintf(what, sizeof what, "linear backward rows %zu in %d out %d", rows, c->in, c->out);
+    h_assert_scaled(gx, rx, sx, nx, GRAD_TOL, what);
+    h_assert_scaled(gW, rw, sw, nw, GRAD_TOL, what);
+    h_assert_scaled(gb, rb, sb, (size_t)c->out, GRAD_TOL, what);
+    free(gx); free(gW); free(gb);
+    free(Xd); free(Wd); free(dYd);
+    free(rx); free(rw); free(rb); free(sx); free(sw); free(sb);
+    clattn_tensor *ts[] = {&tx, &tW, &tdy, &tdx, &tdW, &tdb};
+    for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
+        clattn_tensor_release(ts[i]);
+    free(x);
+    free(W);
+    free(dy);
+}
+
+static void test_linear_backward(void **s)
+{
+    (void)s;
+    static const lb_case cs[] = {{2, {1}, 1, 1},     {2, {7}, 5, 3},       {3, {2, 3}, 4, 17},
+                                 {3, {3, 5}, 16, 15}, {4, {2, 3, 4}, 9, 33}, {2, {300}, 20, 31}};
+    for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++)
+        run_lb(&cs[i]);
+    if (!h_small()) {
+        const lb_case big = {3, {4, 1000}, 64, 48};
+        run_lb(&big);
+    }
+}
+
+/* ---- bad input: a status naming the argument, outputs untouched ---- */
+
+static void test_bad_input(void **s)
+{
+    (void)s;
+    float z[60] = {0}, o[60];
+    h_fill(o, 60, 5, 6);
+    clattn_tensor y = h_tensor(CLATTN_FLOAT32, 2, H_DIMS(3, 4), z);
+    clattn_tensor dy = h_tensor(CLATTN_FLOAT32, 2, H_DIMS(3, 4), z);
+    clattn_tensor dy5 = h_tensor(CLATTN_FLOAT32, 2, H_DIMS(3, 5), z);
+    clattn_tensor dx = h_tensor(CLATTN_FLOAT32, 2, H_DIMS(3, 4), o);
+    clattn_tensor dxi = h_tensor(CLATTN_INT32, 2, H_DIMS(3, 4), NULL);
+    clattn_tensor y16 = h_tensor(CLATTN_FLOAT16, 2, H_DIMS(3, 4), NULL);
+    h_assert_error(clattn_masked_softmax_backward(h_ctx, &y, &dy5, NULL, &dx),
+                   CLATTN_ERROR_SHAPE_MISMATCH, "dout: shape (3, 5), expected out's shape (3, 4)");
+    h_assert_error(clattn_masked_softmax_backward(h_ctx, &y, &dy, NULL, &dxi),
+                   CLATTN_ERROR_INVALID_TENSOR, "dscores");
+    h_assert_error(clattn_masked_softmax_backward(h_ctx, &y16, &dy, NULL, &dx),
+                   CLATTN_ERROR_INVALID_TENSOR, "out");
+    h_assert_error(clattn_masked_softmax_backward(h_ctx, &y, &dy, NULL, &y),
+                   CLATTN_ERROR_INVALID_ARGUMENT, "dscores");
+    clattn_mask bad = {0};
+    bad.valid_lens_host = (const int[]){5};
+    bad.lens_ndim = 1;
+    bad.lens_dims[0] = 1;
+    h_assert_error(clattn_masked_softmax_backward(h_ctx, &y, &dy, &bad, &dx),
+                   CLATTN_ERROR_INVALID_ARGUMENT, "mask.valid_lens");
+    h_assert_bytes(&dx, o, "dscores of a refused softmax backward");
+    clattn_dropout_params p = {0.5f, 1, 1, 0}, pb = {1.5f, 1, 1, 0};
+    h_assert_error(clattn_dropout_backward(h_ctx, &dy, &pb, &dx), CLATTN_ERROR_INVALID_ARGUMENT,
+                   "p.p = 1.5");
+    h_assert_error(clattn_dropout_backward(h_ctx, &dy5, &p, &dx), CLATTN_ERROR_SHAPE_MISMATCH,
+                   "dx: shape (3, 4), expected dy's shape (3, 5)");
+    h_assert_bytes(&dx, o, "dx of a refused dropout backward");
+    /* matmul: A (3, 4) B (4, 5) -> dC (3, 5) */
+    clattn_tensor A = h_tensor(CLATTN_FLOAT32, 2, H_DIMS(3, 4), z);
+    clattn_tensor B = h_tensor(CLATTN_FLOAT32, 2, H_DIMS(4, 5), z);
+    clattn_tensor dB = h_tensor(CLATTN_FLOAT32, 2, H_DIMS(4, 5), o);
+    h_assert_error(clattn_matmul_backward(h_ctx, &A, 0, &B, 0, 1, &dy, &dx, &dB),
+                   CLATTN_ERROR_SHAPE_MISMATCH, "dC: shape (3, 4), expected (..., 3, 5)");
+    h_assert_error(clattn_matmul_backward(h_ctx, &A, 0, &B, 0, 1, &dy5, &dy5, &dB),
+                   CLATTN_ERROR_SHAPE_MISMATCH, "dA: shape (3, 5), expected A's shape (3, 4)");
+    h_assert_error(clattn_matmul_backward(h_ctx, &A, 0, &B, 0, 1, &dy5, &dx, &A),
+                   CLATTN_ERROR_SHAPE_MISMATCH, "dB");
+    h_assert_error(clattn_matmul_backward(h_ctx, &A, 0, &B, 0, 1, &dy5, &dx, &dx),
+                   CLATTN_ERROR_SHAPE_MISMATCH, "dB");
+    h_assert_error(clattn_matmul_backward(h_ctx, &A, 0, &B, 0, 1, &dy5, &A, &dB),
+                   CLATTN_ERROR_INVALID_ARGUMENT, "dA");
+    h_assert_bytes(&dx, o, "dA of a refused matmul backward");
+    h_assert_bytes(&dB, o, "dB of a refused matmul backward");
+    /* linear: x (3, 4), W (5, 4), dy (3, 5) */
+    clattn_tensor W = h_tensor(CLATTN_FLOAT32, 2, H_DIMS(5, 4), z);
+    clattn_tensor db = h_tensor(CLATTN_FLOAT32, 1, H_DIMS(4), o);
+    h_assert_error(clattn_linear_backward(h_ctx, &A, &W, &dy, &dx, NULL, NULL),
+                   CLATTN_ERROR_SHAPE_MISMATCH, "dy: shape (3, 4), expected x's leading dims and "
+                   "5 features");
+    h_assert_error(clattn_linear_backward(h_ctx, &A, &W, &dy5, &dx, NULL, &db),
+                   CLATTN_ERROR_SHAPE_MISMATCH, "db: 4 elements, expected out_features = 5");
+    h_assert_error(clattn_linear_backward(h_ctx, &A, &W, &dy5, &dx, &dB, NULL),
+                   CLATTN_ERROR_SHAPE_MISMATCH, "dW: shape (4, 5), expected W's shape (5, 4)");
+    h_assert_error(clattn_linear_backward(h_ctx, &A, &W, &dy5, &dy5, NULL, NULL),
+                   CLATTN_ERROR_SHAPE_MISMATCH, "dx");
+    h_assert_bytes(&dx, o, "dx of a refused linear backward");
+    h_assert_bytes(&db, o, "db of a refused linear backward");
+    clattn_tensor *ts[] = {&y, &dy, &dy5, &dx, &dxi, &y16, &A, &B, &dB, &W, &db};
+    for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
+        clattn_tensor_release(ts[i]);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_softmax_backward), cmocka_unit_test(test_dropout_backward),
+        cmocka_unit_test(test_matmul_backward), cmocka_unit_test(test_linear_backward),
+        cmocka_unit_test(test_bad_input),
+    };
+    return cmocka_run_group_tests(tests, h_setup, h_teardown);
+}
