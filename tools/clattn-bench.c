@@ -1543,6 +1543,125 @@ static void bench_additive(bench *b)
         free(*host[i]);
 }
 
+/* ---- d2l's MaskedSoftmaxCELoss, forward and backward ---- */
+
+#define LOSS_B 64
+#define LOSS_T 32
+#define LOSS_V 10000
+#define LOSS_CHECK_ROWS 64 /* positions checked against the double reference */
+
+typedef struct {
+    clattn_tensor x, lab, len, loss, lse, dl, dx;
+    size_t bytes; /* the logits read twice, their gradient written once */
+} loss_case;
+
+static int loss_run(bench *b, void *arg)
+{
+    loss_case *c = arg;
+    return clattn_masked_softmax_ce_loss(b->ctx, &c->x, &c->lab, &c->len, &c->loss, &c->lse) !=
+               CLATTN_SUCCESS ||
+           clattn_masked_softmax_ce_loss_backward(b->ctx, &c->x, &c->lab, &c->len, &c->lse,
+                                                  &c->dl, &c->dx) != CLATTN_SUCCESS;
+}
+
+static int loss_run_copy(bench *b, void *arg)
+{
+    loss_case *c = arg; /* the logits into the gradient's buffer: one read, one write */
+    return clEnqueueCopyBuffer(b->queue, c->x.buf, c->dx.buf, 0, 0, c->bytes / 3, 0, NULL,
+                               NULL) != CL_SUCCESS;
+}
+
+/* The worst error of the losses and of the first LOSS_CHECK_ROWS positions' gradients against
+ * double references, each relative to its magnitude (|lse| + |x_label| per loss term, the row's
+ * dloss w / T per gradient element). */
+static double loss_error(bench *b, loss_case *c, const float *x, const int *lab, const int *len,
+                         const float *dl)
+{
+    const size_t T = LOSS_T, V = LOSS_V;
+    float *loss = malloc(LOSS_B * sizeof *loss), *dx = malloc(LOSS_CHECK_ROWS * V * sizeof *dx);
+    double worst = 0;
+    if (!loss || !dx)
+        die("out of memory");
+    ok(b, clattn_tensor_fill(b->ctx, &c->dx, NAN), "poison dlogits");
+    ok(b, loss_run(b, c) ? CLATTN_ERROR_OPENCL : CLATTN_SUCCESS, "loss");
+    ok(b, clattn_tensor_read_blocking(b->ctx, &c->loss, loss), "read loss");
+    ok(b, clattn_tensor_read_blocking(b->ctx, &(clattn_tensor){c->dx.buf, 0, 1,
+                                                                {LOSS_CHECK_ROWS * V},
+                                                                CLATTN_FLOAT32}, dx),
+       "read dlogits");
+    for (size_t bb = 0; bb < LOSS_B; bb++) {
+        double sum = 0, mag = 0;
+        for (size_t t = 0; t < T; t++) {
+            const float *xr = x + (bb * T + t) * V;
+            double m = -INFINITY, s = 0;
+            for (size_t v = 0; v < V; v++)
+                m = fmax(m, xr[v]);
+            for (size_t v = 0; v < V; v++)
+                s += exp(xr[v] - m);
+            double lse = m + log(s), w = (int)t < len[bb] ? 1.0 : 0.0;
+            int l = lab[bb * T + t];
+            sum += w * (lse - xr[l]);
+            mag += fabs(lse) + fabs(xr[l]);
+            size_t r = bb * T + t;
+            for (size_t v = 0; r < LOSS_CHECK_ROWS && v < V; v++) {
+                double c0 = dl[bb] * w / T, want = c0 * (exp(xr[v] - lse) - (v == (size_t)l));
+                double e = fabs(dx[r * V + v] - want) / (fabs(c0) + 1e-30);
+                worst = isfinite(e) ? fmax(worst, e) : INFINITY;
+            }
+        }
+        double e = fabs(loss[bb] - sum / T) / (mag / T);
+        worst = isfinite(e) ? fmax(worst, e) : INFINITY;
+    }
+    free(loss);
+    free(dx);
+    return worst;
+}
+
+static void bench_loss(bench *b)
+{
+    const size_t B = LOSS_B, T = LOSS_T, V = LOSS_V, n = B * T * V;
+    loss_case c;
+    float *x = malloc(n * sizeof *x), *dl = malloc(B * sizeof *dl);
+    int *lab = malloc(B * T * sizeof *lab), *len = malloc(B * sizeof *len);
+    if (!x || !dl || !lab || !len)
+        die("out of memory");
+    for (size_t i = 0; i < n; i++)
+        x[i] = (float)uniform(b, -4, 4);
+    for (size_t i = 0; i < B * T; i++)
+        lab[i] = (int)uniform(b, 0, (double)V - 1e-9);
+    for (size_t i = 0; i < B; i++) {
+        len[i] = (int)uniform(b, 1, (double)T + 1 - 1e-9);
+        dl[i] = 1.0f / (float)B; /* the gradient of the mean loss over the batch */
+    }
+    memset(&c, 0, sizeof c);
+    ok(b, clattn_tensor_create(b->ctx, CLATTN_FLOAT32, 3, (size_t[]){B, T, V}, x, &c.x), "logits");
+    ok(b, clattn_tensor_create(b->ctx, CLATTN_INT32, 2, (size_t[]){B, T}, lab, &c.lab), "labels");
+    ok(b, clattn_tensor_create(b->ctx, CLATTN_INT32, 1, (size_t[]){B}, len, &c.len), "lens");
+    ok(b, clattn_tensor_create(b->ctx, CLATTN_FLOAT32, 1, (size_t[]){B}, NULL, &c.loss), "loss");
+    ok(b, clattn_tensor_create(b->ctx, CLATTN_FLOAT32, 2, (size_t[]){B, T}, NULL, &c.lse), "lse");
+    ok(b, clattn_tensor_create(b->ctx, CLATTN_FLOAT32, 1, (size_t[]){B}, dl, &c.dl), "dloss");
+    ok(b, clattn_tensor_create(b->ctx, CLATTN_FLOAT32, 3, (size_t[]){B, T, V}, NULL, &c.dx),
+       "dlogits");
+    c.bytes = 3 * n * sizeof(float);
+    const char *name = "B64 T32 V10000";
+    double err = loss_error(b, &c, x, lab, len, dl);
+    if (err > 1e-4) {
+        bench_check_fail(b, name, "clattn forward + backward", err, 1e-4);
+    } else {
+        bench_record(b, name, "clattn forward + backward", 0, 1e-9 * (double)c.bytes, "GB/s",
+                     bench_time(b, loss_run, &c, 1), err);
+        bench_record(b, name, "clEnqueueCopyBuffer (logits)", 1, 1e-9 * (double)c.bytes, "GB/s",
+                     bench_time(b, loss_run_copy, &c, 1), 0);
+    }
+    clattn_tensor *ts[] = {&c.x, &c.lab, &c.len, &c.loss, &c.lse, &c.dl, &c.dx};
+    for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
+        clattn_tensor_release(ts[i]);
+    free(x);
+    free(dl);
+    free(lab);
+    free(len);
+}
+
 /* ---- sections, options, output ---- */
 
 typedef struct {
@@ -1582,6 +1701,9 @@ static const bench_section sections[] = {
      bench_mha},
     {"additive", "additive attention, batch 4, 256 x 256, hidden 64, sizes 64, valid lengths",
      bench_additive},
+    {"loss", "d2l's MaskedSoftmaxCELoss forward + backward, B 64, T 32, V 10000, random valid "
+             "lengths: GB/s of the logits read twice and their gradient written once, vs a copy",
+     bench_loss},
 };
 #define NSECTIONS (sizeof sections / sizeof sections[0])
 

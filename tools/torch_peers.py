@@ -5,7 +5,7 @@ Prints one JSON object per line: {"name": ..., "ms": median, "reps": n}. Run it 
 after the matching `clattn-bench --only ...` so both see the same machine state.
 
     torch_peers.py [REPS] [--only SECTIONS]     SECTIONS: additive,mha,unfused,sdpa,gqa,decode,
-                                                varlen,bias
+                                                varlen,bias,loss
 
 PyTorch 2.x (python3 -m venv /tmp/torch2 && /tmp/torch2/bin/pip install torch numpy), CPU, float32,
 as many threads as the machine has cores. sdpa, gqa and decode use
@@ -167,6 +167,40 @@ def bench_varlen(reps, heads=16, d=64):
             ("torch_sdpa_varlen_padded_mask_B8_H16_d64_causal", padded)]
 
 
+def sequence_mask(X, valid_len, value=0):
+    """d2l 10.7, verbatim in meaning."""
+    maxlen = X.size(1)
+    mask = torch.arange((maxlen), dtype=torch.float32, device=X.device)[None, :] < valid_len[:, None]
+    X[~mask] = value
+    return X
+
+
+class MaskedSoftmaxCELoss(nn.CrossEntropyLoss):
+    """d2l 10.7's loss, verbatim in meaning: per-token cross-entropy, weighted by the valid
+    lengths, mean over the time steps."""
+
+    def forward(self, pred, label, valid_len):
+        weights = torch.ones_like(label)
+        weights = sequence_mask(weights, valid_len)
+        self.reduction = "none"
+        unweighted_loss = super().forward(pred.permute(0, 2, 1), label)
+        return (unweighted_loss * weights).mean(dim=1)
+
+
+def bench_loss(reps, B=64, T=32, V=10000):
+    """clattn-bench's loss section: forward and backward (d2l's l.sum().backward())."""
+    pred = (torch.rand(B, T, V) * 8 - 4).requires_grad_()
+    label = torch.randint(0, V, (B, T))
+    valid_len = torch.randint(1, T + 1, (B,))
+    loss = MaskedSoftmaxCELoss()
+
+    def run():
+        pred.grad = None
+        loss(pred, label, valid_len).sum().backward()
+
+    return [("torch_d2l_masked_softmax_ce_fwd_bwd_B64_T32_V10000", median_ms(run, reps))]
+
+
 SECTIONS = {
     "additive": lambda r: [("torch_additive_d2l_B4_Q256_K256_h64", bench_additive(r))],
     "mha": lambda r: [("torch_mha_B4_H8_N512_E512", bench_mha(r))],
@@ -179,6 +213,7 @@ SECTIONS = {
                          for b in (1, 8) for k in (4096, 32768)],
     "varlen": bench_varlen,
     "bias": bench_bias,
+    "loss": bench_loss,
 }
 
 
