@@ -455,6 +455,31 @@ CLATTN_API clattn_status clattn_linear_backward(clattn_context *ctx, const clatt
                                                 const clattn_tensor *dx, const clattn_tensor *dW,
                                                 const clattn_tensor *db);
 
+/* The gradients of an attention module's inputs (each NULL: not computed). */
+typedef struct {
+    const clattn_tensor *dQ, *dK, *dV; /* Q's, K's and V's shapes */
+    const clattn_tensor *dbias;        /* opts.bias's shape: the scores' gradient summed over the
+                                          dims the bias broadcasts along */
+} clattn_attention_grads;
+
+/* The gradients of clattn_dot_product_attention with respect to Q, K, V and opts.bias, from the
+ * forward's Q, K, V and opts (its mask, bias, ALiBi slopes, scale and dropout: the same p, seed
+ * and offset draw the forward's mask) and dout, the gradient of out (.., Q, dv). out: the
+ * forward's output, or NULL; opts.lse: the forward's log-sum-exps (read, not written), or NULL.
+ * Both are checked; the backward chain computes the probabilities again from Q and K (a
+ * fused backward that recomputes them from the LSE, never holding the scores, is the next step
+ * of issue 13). Grouped-query attention: dK and dV (B, Hkv, .) sum over the query heads sharing
+ * each K/V head. Masked keys get no gradient (as masked_fill's); a row whose every key is blocked
+ * with a finite fill gets uniform weights and hence gradients in dV only. */
+CLATTN_API clattn_status clattn_dot_product_attention_backward(clattn_context *ctx,
+                                                               const clattn_tensor *Q,
+                                                               const clattn_tensor *K,
+                                                               const clattn_tensor *V,
+                                                               const clattn_attention_opts *opts,
+                                                               const clattn_tensor *out,
+                                                               const clattn_tensor *dout,
+                                                               const clattn_attention_grads *grads);
+
 /* d2l's MaskedSoftmaxCELoss: logits (B, T, V), int32 labels (B, T), valid_len (B) int32 on the
  * device or NULL (every position counts) -> loss (B):
  *   loss[b] = 1/T sum_t w[b, t] ce[b, t],  ce = logsumexp(logits[b, t, :]) - logits[b, t, label],

@@ -58,7 +58,7 @@ clattn_status clattn__resolve_opts(clattn_context *ctx, const clattn_attention_o
                                    const clattn_dropout_params **drop, const clattn_tensor **lse)
 {
     clattn_status st = CLATTN_SUCCESS;
-    clattn_arg all[3]; /* outs (at most two) and the lse */
+    clattn_arg all[5]; /* outs (at most four: a backward's gradients) and the lse */
     *drop = opts ? &opts->dropout : NULL;
     *lse = opts ? opts->lse : NULL;
     CHECK_ST(clattn__check_dropout(ctx, *drop, "opts.dropout"));
@@ -174,12 +174,12 @@ static int leading_ok(const clattn_tensor *t, const clattn_tensor *Q, int kv)
  * Hkv divides Hq (grouped-query attention). */
 static clattn_status check_qkv(clattn_context *ctx, const clattn_tensor *Q, const clattn_tensor *K,
                                const clattn_tensor *V, const clattn_tensor *out,
-                               const clattn_tensor *weights)
+                               const clattn_tensor *weights, const char *out_name)
 {
     clattn_status st = CLATTN_SUCCESS;
     char s1[96], s2[96];
     const clattn_tensor *all[4] = {K, V, out, weights};
-    const char *names[4] = {"K", "V", "out", "weights"};
+    const char *names[4] = {"K", "V", out_name, "weights"};
     CHECK_ST(clattn__check_float_tensor(ctx, Q, "Q", 2, 4));
     for (int i = 0; i < 4; i++) {
         if (i == 3 && !weights)
@@ -199,13 +199,11 @@ static clattn_status check_qkv(clattn_context *ctx, const clattn_tensor *Q, cons
     CHECK(ctx, V->dims[r - 2] == nk, CLATTN_ERROR_SHAPE_MISMATCH,
           "V: %zu rows, expected K's %zu (one value per key)", V->dims[r - 2], nk);
     CHECK(ctx, out->dims[r - 2] == nq && out->dims[r - 1] == dv, CLATTN_ERROR_SHAPE_MISMATCH,
-          "out: shape %s, expected (..., %zu, %zu)", clattn__shape_str(out, s1, sizeof s1), nq, dv);
+          "%s: shape %s, expected (..., %zu, %zu)", out_name,
+          clattn__shape_str(out, s1, sizeof s1), nq, dv);
     CHECK(ctx, !weights || (weights->dims[r - 2] == nq && weights->dims[r - 1] == nk),
           CLATTN_ERROR_SHAPE_MISMATCH, "weights: shape %s, expected (..., %zu, %zu)",
           clattn__shape_str(weights, s1, sizeof s1), nq, nk);
-    const clattn_arg outs[2] = {{out, "out"}, {weights, "weights"}};
-    const clattn_arg ins[3] = {{Q, "Q"}, {K, "K"}, {V, "V"}};
-    CHECK_ST(clattn__check_no_overlap(ctx, outs, 2, ins, 3));
 fail:
     return st;
 }
@@ -221,16 +219,128 @@ clattn_status clattn_dot_product_attention(clattn_context *ctx, const clattn_ten
     const clattn_tensor *lse;
     CHECK_DRY_RUN(ctx, clattn_dot_product_attention(ctx, Q, K, V, opts, out, weights));
     CHECK(NULL, ctx, CLATTN_ERROR_INVALID_ARGUMENT, "ctx: NULL context");
-    CHECK_ST(check_qkv(ctx, Q, K, V, out, weights));
+    CHECK_ST(check_qkv(ctx, Q, K, V, out, weights, "out"));
+    const clattn_arg outs[2] = {{out, "out"}, {weights, "weights"}};
+    const clattn_arg ins[3] = {{Q, "Q"}, {K, "K"}, {V, "V"}};
+    CHECK_ST(clattn__check_no_overlap(ctx, outs, 2, ins, 3));
     float scale;
     CHECK_ST(clattn__resolve_scale(ctx, opts, Q->dims[Q->ndim - 1], &scale));
     size_t sdims[4];
     memcpy(sdims, Q->dims, sizeof sdims);
     sdims[Q->ndim - 1] = K->dims[K->ndim - 2];
-    const clattn_arg outs[2] = {{out, "out"}, {weights, "weights"}};
-    const clattn_arg ins[3] = {{Q, "Q"}, {K, "K"}, {V, "V"}};
     CHECK_ST(clattn__resolve_opts(ctx, opts, Q->ndim, sdims, ins, 3, outs, 2, &m, &drop, &lse));
     CHECK_ST(clattn__attention_core(ctx, Q, K, V, &m, drop, scale, out, weights, lse));
+fail:
+    clattn__mask_release(&m);
+    return st;
+}
+
+/* ---- backward ---- */
+
+/* The unfused backward chain, every intermediate float32 in the ATTN scratch (P and X, each
+ * of the scores' size): P = softmax(mask(scale Q K^T + bias)) again; dV = dropout(P)^T dout;
+ * X = dropout'(dout V^T), then dS = softmax'(P, X) in place; dbias = dS summed over the bias's
+ * broadcast dims; dQ = scale dS K, dK = scale dS^T Q. Grouped query heads are one batch of
+ * G * nq rows per K/V head, as in the forward, so dK and dV sum over a K/V head's query heads
+ * inside their GEMMs. */
+static clattn_status backward_chain(clattn_context *ctx, const clattn_tensor *Q,
+                                    const clattn_tensor *K, const clattn_tensor *V,
+                                    const clattn_mask_args *m,
+                                    const clattn_dropout_params *dropout, float scale,
+                                    const clattn_tensor *dout, const clattn_attention_grads *g)
+{
+    clattn_status st = CLATTN_SUCCESS;
+    clattn_tuning tune;
+    cl_mem buf;
+    size_t nq = Q->dims[Q->ndim - 2], nk = K->dims[K->ndim - 2];
+    size_t G = Q->ndim == 4 ? Q->dims[1] / K->dims[1] : 1, n = clattn__batch_count(Q, 2) * nq * nk;
+    int drop = clattn__dropout_active(dropout);
+    CHECK_ST(clattn__scratch(ctx, CLATTN_SCRATCH_ATTN, 2 * n * 4, &buf));
+    clattn_tensor P = shaped(buf, 0, Q, nq, nk), X = shaped(buf, n, Q, nq, nk);
+    clattn_tensor Qg = grouped(Q, G), Pg = grouped(&P, G), Xg = grouped(&X, G);
+    clattn_tensor dOg = grouped(dout, G);
+    CHECK_ST(clattn__tune(ctx, "softmax", &tune));
+    CHECK_ST(clattn__enqueue_matmul(ctx, &Qg, 0, K, 1, scale, 0.0f, NULL, &Pg));
+    CHECK_ST(clattn__enqueue_softmax(ctx, &tune, &P, m, &P, NULL));
+    if (g->dV && drop) {
+        CHECK_ST(clattn__enqueue_dropout(ctx, P.buf, P.offset, X.buf, X.offset, n, 0, dropout));
+        CHECK_ST(clattn__enqueue_matmul(ctx, &Xg, 1, &dOg, 0, 1.0f, 0.0f, NULL, g->dV));
+    } else if (g->dV) {
+        CHECK_ST(clattn__enqueue_matmul(ctx, &Pg, 1, &dOg, 0, 1.0f, 0.0f, NULL, g->dV));
+    }
+    if (!g->dQ && !g->dK && !g->dbias)
+        return CLATTN_SUCCESS;
+    CHECK_ST(clattn__enqueue_matmul(ctx, &dOg, 0, V, 1, 1.0f, 0.0f, NULL, &Xg));
+    if (drop)
+        CHECK_ST(clattn__enqueue_dropout(ctx, X.buf, X.offset, X.buf, X.offset, n, 0, dropout));
+    CHECK_ST(clattn__enqueue_softmax_backward(ctx, &tune, &P, &X, m, &X));
+    if (g->dbias)
+        CHECK_ST(clattn__enqueue_bias_grad(ctx, &tune, &X, m, g->dbias));
+    if (g->dQ) {
+        clattn_tensor dQg = grouped(g->dQ, G);
+        CHECK_ST(clattn__enqueue_matmul(ctx, &Xg, 0, K, 0, scale, 0.0f, NULL, &dQg));
+    }
+    if (g->dK)
+        CHECK_ST(clattn__enqueue_matmul(ctx, &Xg, 1, &Qg, 0, scale, 0.0f, NULL, g->dK));
+fail:
+    return st;
+}
+
+/* A gradient (or NULL): float32, of its input's shape. */
+static clattn_status check_grad(clattn_context *ctx, const clattn_tensor *d, const char *name,
+                                const clattn_tensor *x, const char *xname)
+{
+    clattn_status st = CLATTN_SUCCESS;
+    char s1[96], s2[96];
+    if (!d)
+        return CLATTN_SUCCESS;
+    CHECK(ctx, x, CLATTN_ERROR_INVALID_ARGUMENT, "%s: given, but the forward had no %s", name,
+          xname);
+    CHECK_ST(clattn__check_tensor(ctx, d, name, CLATTN_FLOAT32, 1, 4));
+    CHECK(ctx, d->ndim == x->ndim && memcmp(d->dims, x->dims, sizeof(size_t) * x->ndim) == 0,
+          CLATTN_ERROR_SHAPE_MISMATCH, "%s: shape %s, expected %s's shape %s", name,
+          clattn__shape_str(d, s1, sizeof s1), xname, clattn__shape_str(x, s2, sizeof s2));
+fail:
+    return st;
+}
+
+clattn_status clattn_dot_product_attention_backward(clattn_context *ctx, const clattn_tensor *Q,
+                                                    const clattn_tensor *K,
+                                                    const clattn_tensor *V,
+                                                    const clattn_attention_opts *opts,
+                                                    const clattn_tensor *out,
+                                                    const clattn_tensor *dout,
+                                                    const clattn_attention_grads *g)
+{
+    clattn_status st = CLATTN_SUCCESS;
+    clattn_mask_args m = {0};
+    const clattn_dropout_params *drop;
+    const clattn_tensor *lse;
+    CHECK_DRY_RUN(ctx, clattn_dot_product_attention_backward(ctx, Q, K, V, opts, out, dout, g));
+    CHECK(NULL, ctx, CLATTN_ERROR_INVALID_ARGUMENT, "ctx: NULL context");
+    CHECK(ctx, g, CLATTN_ERROR_INVALID_ARGUMENT, "grads: NULL");
+    CHECK_ST(check_qkv(ctx, Q, K, V, dout, NULL, "dout"));
+    if (out)
+        CHECK_ST(check_qkv(ctx, Q, K, V, out, NULL, "out"));
+    const clattn_tensor *f32[5] = {Q, K, V, dout, out};
+    const char *f32n[5] = {"Q", "K", "V", "dout", "out"};
+    for (int i = 0; i < 5 && f32[i]; i++)
+        CHECK_ST(clattn__check_tensor(ctx, f32[i], f32n[i], CLATTN_FLOAT32, 2, 4));
+    CHECK_ST(check_grad(ctx, g->dQ, "grads.dQ", Q, "Q"));
+    CHECK_ST(check_grad(ctx, g->dK, "grads.dK", K, "K"));
+    CHECK_ST(check_grad(ctx, g->dV, "grads.dV", V, "V"));
+    CHECK_ST(check_grad(ctx, g->dbias, "grads.dbias", opts ? opts->bias : NULL, "opts.bias"));
+    float scale;
+    CHECK_ST(clattn__resolve_scale(ctx, opts, Q->dims[Q->ndim - 1], &scale));
+    size_t sdims[4];
+    memcpy(sdims, Q->dims, sizeof sdims);
+    sdims[Q->ndim - 1] = K->dims[K->ndim - 2];
+    const clattn_arg outs[4] = {{g->dQ, "grads.dQ"}, {g->dK, "grads.dK"}, {g->dV, "grads.dV"},
+                                {g->dbias, "grads.dbias"}};
+    const clattn_arg ins[5] = {{Q, "Q"}, {K, "K"}, {V, "V"}, {out, "out"}, {dout, "dout"}};
+    CHECK_ST(clattn__check_no_overlap(ctx, outs, 4, ins, 5));
+    CHECK_ST(clattn__resolve_opts(ctx, opts, Q->ndim, sdims, ins, 5, outs, 4, &m, &drop, &lse));
+    CHECK_ST(backward_chain(ctx, Q, K, V, &m, drop, scale, dout, g));
 fail:
     clattn__mask_release(&m);
     return st;

@@ -78,7 +78,7 @@ clattn_status clattn__check_module_inputs(clattn_context *ctx, const clattn_tens
 clattn_status clattn__resolve_scale(clattn_context *ctx, const clattn_attention_opts *opts,
                                     size_t d, float *scale);
 /* Checks opts' dropout and lse and resolves its mask for scores of the given shape (opts may be
- * NULL); the lse must not overlap ins or outs, nor the mask's tensors outs or the lse. *drop is
+ * NULL); the lse must not overlap ins or outs (at most 4), nor the mask's tensors outs or the lse. *drop is
  * the dropout to apply (NULL for none), *lse opts' lse (NULL for none). Release m with
  * clattn__mask_release. */
 clattn_status clattn__resolve_opts(clattn_context *ctx, const clattn_attention_opts *opts,

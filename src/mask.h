@@ -65,4 +65,9 @@ clattn_status clattn__enqueue_softmax_backward(clattn_context *ctx, const clattn
                                                const clattn_tensor *y, const clattn_tensor *dy,
                                                const clattn_mask_args *m,
                                                const clattn_tensor *dx);
+/* softmax.c: db = dx (the scores' gradient, contiguous (D0, D1, Q, K)) summed over the dims m's
+ * bias broadcasts along; db contiguous, of the bias's shape. tune: softmax's (its loop budget). */
+clattn_status clattn__enqueue_bias_grad(clattn_context *ctx, const clattn_tuning *tune,
+                                        const clattn_tensor *dx, const clattn_mask_args *m,
+                                        const clattn_tensor *db);
 #endif

@@ -196,3 +196,30 @@ clattn_status clattn__enqueue_softmax_backward(clattn_context *ctx, const clattn
 fail:
     return st;
 }
+
+clattn_status clattn__enqueue_bias_grad(clattn_context *ctx, const clattn_tuning *tune,
+                                        const clattn_tensor *dx, const clattn_mask_args *m,
+                                        const clattn_tensor *db)
+{
+    clattn_status st = CLATTN_SUCCESS;
+    cl_kernel k;
+    const int D[4] = {m->D0, m->D1, m->Q, m->K};
+    size_t R = 1, chunk;
+    for (int j = 0; j < 4; j++)
+        R *= m->bs.s[j] == 0 ? (size_t)D[j] : 1;
+    cl_int4 D4 = {{D[0], D[1], D[2], D[3]}};
+    int dx_off = (int)dx->offset, db_off = (int)db->offset, nb = (int)clattn_tensor_numel(db);
+    size_t gws = (size_t)nb;
+    CHECK_ST(clattn__loop_units(ctx, clattn__loop_budget(ctx, tune), 2, 1, R, &chunk,
+                                "the bias gradient's sum over its broadcast dims"));
+    CHECK_ST(clattn__get_kernel(ctx, "softmax.cl", tune->defines, "bias_grad", &k));
+    for (size_t r0 = 0; r0 < R; r0 += chunk) {
+        int lo = (int)r0, hi = (int)(R - r0 < chunk ? R : r0 + chunk), acc = r0 > 0;
+        CHECK_ST(clattn__set_args(ctx, k, "bias_grad", ARG(dx->buf), ARG(dx_off), ARG(D4),
+                                  ARG(m->bs), ARG(db->buf), ARG(db_off), ARG(nb), ARG(lo), ARG(hi),
+                                  ARG(acc), ARGS_END));
+        CHECK_ST(clattn__launch(ctx, k, 1, &gws, NULL, "bias_grad"));
+    }
+fail:
+    return st;
+}

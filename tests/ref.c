@@ -303,3 +303,89 @@ void ref_ce_loss_backward(int B, int T, int V, const double *x, const int *label
                 dx[r * V + v] = c * (exp(x[r * V + v] - l) - (v == lab ? 1.0 : 0.0));
         }
 }
+
+void ref_attention_backward(const ref_mask *m, int d, int dv, const double *q, const double *k,
+                            const double *v, double scale, const ref_dropout_params *drop,
+                            const double *dout, double *dq, double *dk, double *dvv,
+                            double *ds, double *sq, double *sk, double *sv, double *sds)
+{
+    int nb = m->D0 * m->D1, Q = m->Q, K = m->K;
+    size_t ns = (size_t)nb * Q * K;
+    double *p = malloc(ns * 8), *pd = malloc(ns * 8), *o = malloc((size_t)nb * Q * dv * 8);
+    double *keep = malloc(ns * 8), *mag = malloc(ns * 8);
+    ref_attention(m, d, dv, q, k, v, scale, drop, p, o);
+    for (size_t i = 0; i < ns; i++)
+        keep[i] = 1;
+    if (drop && drop->p > 0)
+        ref_dropout(keep, ns, 0, drop->seed, drop->offset, drop->p);
+    for (int b = 0; b < nb; b++)
+        for (int i = 0; i < Q; i++)
+            for (int j = 0; j < K; j++) {
+                size_t e = ((size_t)b * Q + i) * K + j;
+                double dp = 0, sdp = 0, sm = 0;
+                for (int c = 0; c < dv; c++) {
+                    dp += dout[((size_t)b * Q + i) * dv + c] * v[((size_t)b * K + j) * dv + c];
+                    sdp += fabs(dout[((size_t)b * Q + i) * dv + c] * v[((size_t)b * K + j) * dv + c]);
+                }
+                for (int c = 0; c < d; c++)
+                    sm += fabs(q[((size_t)b * Q + i) * d + c] * k[((size_t)b * K + j) * d + c]);
+                pd[e] = p[e] * keep[e];
+                ds[e] = dp * keep[e]; /* dP for now */
+                sds[e] = sdp * fabs(keep[e]);
+                mag[e] = 1 + fabs(scale) * sm; /* the score's rounding, relative in P */
+            }
+    for (int b = 0; b < nb; b++) /* dV = P_d^T dout, and dS = P (dP - sum P dP), 0 if blocked */
+        for (int i = 0; i < Q; i++) {
+            size_t row = ((size_t)b * Q + i) * K;
+            double s = 0, sa = 0;
+            for (int j = 0; j < K; j++) {
+                s += p[row + j] * ds[row + j];
+                sa += p[row + j] * sds[row + j];
+            }
+            for (int j = 0; j < K; j++) {
+                int open = !ref_blocked(m, b / m->D1, b % m->D1, i, j);
+                sds[row + j] = open ? p[row + j] * (sds[row + j] + sa) * mag[row + j] : 0;
+                ds[row + j] = open ? p[row + j] * (ds[row + j] - s) : 0;
+            }
+        }
+    for (int b = 0; b < nb; b++) {
+        for (int j = 0; j < K; j++) {
+            for (int c = 0; c < dv; c++) {
+                double a = 0, sa = 0;
+                for (int i = 0; i < Q; i++) {
+                    double t = pd[((size_t)b * Q + i) * K + j] * dout[((size_t)b * Q + i) * dv + c];
+                    a += t;
+                    sa += fabs(t) * mag[((size_t)b * Q + i) * K + j];
+                }
+                dvv[((size_t)b * K + j) * dv + c] = a;
+                sv[((size_t)b * K + j) * dv + c] = sa + 1e-30;
+            }
+            for (int c = 0; c < d; c++) {
+                double a = 0, sa = 0;
+                for (int i = 0; i < Q; i++) {
+                    size_t e = ((size_t)b * Q + i) * K + j;
+                    a += ds[e] * q[((size_t)b * Q + i) * d + c];
+                    sa += sds[e] * fabs(q[((size_t)b * Q + i) * d + c]);
+                }
+                dk[((size_t)b * K + j) * d + c] = scale * a;
+                sk[((size_t)b * K + j) * d + c] = fabs(scale) * sa + 1e-30;
+            }
+        }
+        for (int i = 0; i < Q; i++)
+            for (int c = 0; c < d; c++) {
+                double a = 0, sa = 0;
+                for (int j = 0; j < K; j++) {
+                    size_t e = ((size_t)b * Q + i) * K + j;
+                    a += ds[e] * k[((size_t)b * K + j) * d + c];
+                    sa += sds[e] * fabs(k[((size_t)b * K + j) * d + c]);
+                }
+                dq[((size_t)b * Q + i) * d + c] = scale * a;
+                sq[((size_t)b * Q + i) * d + c] = fabs(scale) * sa + 1e-30;
+            }
+    }
+    free(p);
+    free(pd);
+    free(o);
+    free(keep);
+    free(mag);
+}

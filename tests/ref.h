@@ -89,6 +89,15 @@ void ref_ce_loss(int B, int T, int V, const double *x, const int *labels, const 
                  double *loss, double *lse);
 void ref_ce_loss_backward(int B, int T, int V, const double *x, const int *labels,
                           const int *lens, const double *dloss, double *dx);
+/* The gradients of ref_attention (the same layout: K and V per batch) given dout (nb, Q, dv):
+ * dq, dk, dvv, and the scores' gradient ds (nb, Q, K) (what a bias gets, before its broadcast
+ * sums); sq, sk, sv, sds: their error scales, each the same sums over magnitudes with every
+ * probability weighted by 1 + |scale| sum_e |q_e k_e| (its score's float32 rounding, relative
+ * in the probability). */
+void ref_attention_backward(const ref_mask *m, int d, int dv, const double *q, const double *k,
+                            const double *v, double scale, const ref_dropout_params *drop,
+                            const double *dout, double *dq, double *dk, double *dvv,
+                            double *ds, double *sq, double *sk, double *sv, double *sds);
 /* Converts n floats to doubles (malloc'd). */
 double *ref_to_double(const float *x, size_t n);
 #endif

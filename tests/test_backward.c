@@ -420,6 +420,289 @@ static void test_linear_backward(void **s)
     }
 }
 
+/* ---- dot-product attention ---- */
+
+typedef struct {
+    int rank;         /* 3: (B, Q, d); 4: (B, H, Q, d) with K and V of Hkv heads */
+    int B, H, Hkv, nq, nk, d, dv;
+    h_mask_spec mask; /* over the scores (B, [H,] nq, nk); bias and ALiBi too */
+    double qscale;    /* Q uniform in [-qscale, qscale] (0: 1) */
+    float p;          /* dropout */
+    int only;         /* 0: every gradient; else a bitmask of them: 1 dQ, 2 dK, 4 dV, 8 dbias */
+    int pass_out;     /* the forward's out and LSE go to the backward */
+} atb_case;
+
+/* The inputs of one case as doubles: Q (nb, nq, d), K and V per K/V head, the bias (in the
+ * mask), and the forward's double reference over K and V expanded to every query head. */
+typedef struct {
+    const atb_case *c;
+    h_mask *hm;
+    double *q, *k, *v, *dout, scale;
+    ref_dropout_params drop;
+} atb_in;
+
+static void expand_kv(const atb_in *a, double *kx, double *vx)
+{
+    const atb_case *c = a->c;
+    int nbq = c->B * (c->rank == 4 ? c->H : 1), G = c->rank == 4 ? c->H / c->Hkv : 1;
+    for (int b = 0; b < nbq; b++) {
+        int kvb = b / G; /* (B, H) flat -> (B, Hkv) flat: H = G Hkv */
+        memcpy(kx + (size_t)b * c->nk * c->d, a->k + (size_t)kvb * c->nk * c->d,
+               (size_t)c->nk * c->d * 8);
+        memcpy(vx + (size_t)b * c->nk * c->dv, a->v + (size_t)kvb * c->nk * c->dv,
+               (size_t)c->nk * c->dv * 8);
+    }
+}
+
+/* sum of dout * out over everything: its gradients are the backward's */
+static double atb_loss(const double *unused, void *arg)
+{
+    (void)unused;
+    atb_in *a = arg;
+    const atb_case *c = a->c;
+    int nbq = c->B * (c->rank == 4 ? c->H : 1);
+    size_t nw = (size_t)nbq * c->nq * c->nk, no = (size_t)nbq * c->nq * c->dv;
+    double *kx = malloc((size_t)nbq * c->nk * c->d * 8), *vx = malloc((size_t)nbq * c->nk * c->dv * 8);
+    double *w = malloc(nw * 8), *o = malloc(no * 8), s = 0;
+    expand_kv(a, kx, vx);
+    ref_attention(&a->hm->r, c->d, c->dv, a->q, kx, vx, a->scale, &a->drop, w, o);
+    for (size_t i = 0; i < no; i++)
+        s += a->dout[i] * o[i];
+    free(kx);
+    free(vx);
+    free(w);
+    free(o);
+    return s;
+}
+
+/* Central differences of atb_loss over the n values at x (one of a's inputs, changed in place). */
+static void atb_fd(atb_in *a, double *x, size_t n, double *g)
+{
+    finite_diff(x, n, atb_loss, a, g);
+}
+
+static void check_atb(const clattn_tensor *t, const double *ref, double *sc, size_t n, double fd_noise,
+                      const double *fd, const char *what, const char *grad)
+{
+    char w[300];
+    float *got = h_read(t);
+    snprintf(w, sizeof w, "%s: %s", what, grad);
+    h_assert_scaled(got, ref, sc, n, GRAD_TOL, w);
+    if (fd) {
+        for (size_t i = 0; i < n; i++)
+            sc[i] += fd_noise / FD_TOL;
+        snprintf(w, sizeof w, "%s: %s (finite differences)", what, grad);
+        h_assert_scaled(got, fd, sc, n, FD_TOL, w);
+    }
+    free(got);
+}
+
+static void run_atb(const atb_case *c)
+{
+    int r4 = c->rank == 4, H = r4 ? c->H : 1, Hkv = r4 ? c->Hkv : 1, G = H / Hkv;
+    size_t nbq = (size_t)c->B * H, nbk = (size_t)c->B * Hkv;
+    size_t nq_ = nbq * c->nq * c->d, nk_ = nbk * c->nk * c->d, nv_ = nbk * c->nk * c->dv;
+    size_t no = nbq * c->nq * c->dv, ns = nbq * c->nq * c->nk;
+    size_t qd[4], kd[4], vd[4], od[4], sd[4];
+    int i0 = 0;
+    qd[i0] = kd[i0] = vd[i0] = od[i0] = sd[i0] = (size_t)c->B;
+    i0++;
+    if (r4) {
+        qd[i0] = od[i0] = sd[i0] = (size_t)H;
+        kd[i0] = vd[i0] = (size_t)Hkv;
+        i0++;
+    }
+    qd[i0] = od[i0] = sd[i0] = (size_t)c->nq;
+    kd[i0] = vd[i0] = (size_t)c->nk;
+    qd[i0 + 1] = kd[i0 + 1] = (size_t)c->d;
+    vd[i0 + 1] = od[i0 + 1] = (size_t)c->dv;
+    sd[i0 + 1] = (size_t)c->nk;
+    float *q = malloc(nq_ * 4), *k = malloc(nk_ * 4), *v = malloc(nv_ * 4), *dO = malloc(no * 4);
+    double qs = c->qscale > 0 ? c->qscale : 1;
+    h_fill(q, nq_, -qs, qs);
+    h_fill(k, nk_, -1, 1);
+    h_fill(v, nv_, -1, 1);
+    h_fill(dO, no, -1, 1);
+    h_mask hm;
+    h_mask_make(&hm, &c->mask, c->rank, sd);
+    clattn_tensor tq = h_tensor(CLATTN_FLOAT32, c->rank, qd, q);
+    clattn_tensor tk = h_tensor(CLATTN_FLOAT32, c->rank, kd, k);
+    clattn_tensor tv = h_tensor(CLATTN_FLOAT32, c->rank, vd, v);
+    clattn_tensor tdo = h_tensor(CLATTN_FLOAT32, c->rank, od, dO);
+    clattn_tensor to = h_tensor(CLATTN_FLOAT32, c->rank, od, NULL);
+    clattn_tensor tl = h_tensor(CLATTN_FLOAT32, c->rank - 1, sd, NULL);
+    clattn_attention_opts opts;
+    memset(&opts, 0, sizeof opts);
+    opts.mask = hm.m;
+    opts.dropout = (clattn_dropout_params){c->p, 1, 1234, 7};
+    opts.bias = hm.tb.buf ? &hm.tb : NULL;
+    opts.alibi_slopes = hm.ta.buf ? &hm.ta : NULL;
+    int want = c->only ? c->only : 7 | (opts.bias ? 8 : 0);
+    clattn_tensor tdq = h_tensor(CLATTN_FLOAT32, c->rank, qd, NULL);
+    clattn_tensor tdk = h_tensor(CLATTN_FLOAT32, c->rank, kd, NULL);
+    clattn_tensor tdv = h_tensor(CLATTN_FLOAT32, c->rank, vd, NULL);
+    clattn_tensor tdb = opts.bias ? h_tensor(CLATTN_FLOAT32, hm.tb.ndim, hm.tb.dims, NULL)
+                                  : (clattn_tensor){0};
+    clattn_attention_grads g = {want & 1 ? &tdq : NULL, want & 2 ? &tdk : NULL,
+                                want & 4 ? &tdv : NULL, want & 8 ? &tdb : NULL};
+    h_poison(&tdq);
+    h_poison(&tdk);
+    h_poison(&tdv);
+    if (opts.bias)
+        h_poison(&tdb);
+    if (c->pass_out) {
+        opts.lse = &tl;
+        if (clattn_dot_product_attention(h_ctx, &tq, &tk, &tv, &opts, &to, NULL) != CLATTN_SUCCESS)
+            fail_msg("dot_product_attention: %s", clattn_last_error(h_ctx));
+    }
+    if (clattn_dot_product_attention_backward(h_ctx, &tq, &tk, &tv, &opts, c->pass_out ? &to : NULL,
+                                              &tdo, &g) != CLATTN_SUCCESS)
+        fail_msg("dot_product_attention_backward: %s", clattn_last_error(h_ctx));
+    /* the reference, K and V expanded to the query heads, their gradients summed back */
+    atb_in a = {c, &hm, ref_to_double(q, nq_), ref_to_double(k, nk_), ref_to_double(v, nv_),
+                ref_to_double(dO, no), 1.0 / sqrt((double)c->d), {c->p, 1234, 7}};
+    double *kx = malloc(nbq * c->nk * c->d * 8), *vx = malloc(nbq * c->nk * c->dv * 8);
+    double *rq = malloc(nq_ * 8), *rkx = malloc(nbq * c->nk * c->d * 8);
+    double *rvx = malloc(nbq * c->nk * c->dv * 8), *rds = malloc(ns * 8);
+    double *sq = malloc(nq_ * 8), *skx = malloc(nbq * c->nk * c->d * 8);
+    double *svx = malloc(nbq * c->nk * c->dv * 8), *sds = malloc(ns * 8);
+    expand_kv(&a, kx, vx);
+    ref_attention_backward(&hm.r, c->d, c->dv, a.q, kx, vx, a.scale, &a.drop, a.dout, rq, rkx, rvx,
+                           rds, sq, skx, svx, sds);
+    double *rk = calloc(nk_, 8), *rv = calloc(nv_, 8), *sk = calloc(nk_, 8), *sv = calloc(nv_, 8);
+    for (size_t b = 0; b < nbq; b++) {
+        size_t kb = b / (size_t)G;
+        for (size_t i = 0; i < (size_t)c->nk * c->d; i++) {
+            rk[kb * c->nk * c->d + i] += rkx[b * c->nk * c->d + i];
+            sk[kb * c->nk * c->d + i] += skx[b * c->nk * c->d + i];
+        }
+        for (size_t i = 0; i < (size_t)c->nk * c->dv; i++) {
+            rv[kb * c->nk * c->dv + i] += rvx[b * c->nk * c->dv + i];
+            sv[kb * c->nk * c->dv + i] += svx[b * c->nk * c->dv + i];
+        }
+    }
+    size_t nbias = opts.bias ? clattn_tensor_numel(&hm.tb) : 0;
+    double *rb = calloc(nbias + 1, 8), *sb = calloc(nbias + 1, 8);
+    for (size_t e = 0; e < ns && nbias; e++) { /* each score element adds to its bias element */
+        size_t kk = e % c->nk, qq = e / c->nk % c->nq, b = e / c->nk / c->nq;
+        size_t d0 = b / (size_t)hm.r.D1, d1 = b % (size_t)hm.r.D1;
+        size_t bi = hm.r.bs[0] * d0 + hm.r.bs[1] * d1 + hm.r.bs[2] * qq + hm.r.bs[3] * kk;
+        rb[bi] += rds[e];
+        sb[bi] += sds[e];
+    }
+    for (size_t i = 0; i < nbias; i++)
+        sb[i] += 1e-30;
+    int fd = nq_ + nk_ + nv_ <= 600 && nbias <= 300;
+    double noise = 0, *gq = NULL, *gk = NULL, *gv = NULL, *gb = NULL;
+    if (fd) { /* the FD's own noise: double roundings of the sum (|out| <= max |v| = 1) over 2h */
+        for (size_t i = 0; i < no; i++)
+            noise += fabs(a.dout[i]);
+        noise = 1e-15 * (noise + 1) / FD_H;
+        gq = malloc(nq_ * 8);
+        gk = malloc(nk_ * 8);
+        gv = malloc(nv_ * 8);
+        gb = malloc((nbias + 1) * 8);
+        atb_fd(&a, a.q, nq_, gq);
+        atb_fd(&a, a.k, nk_, gk);
+        atb_fd(&a, a.v, nv_, gv);
+        if (nbias)
+            atb_fd(&a, hm.bias, nbias, gb);
+    }
+    char what[240];
+    snprintf(what, sizeof what, "attention backward rank %d B %d H %d/%d Q %d K %d d %d dv %d lens %d "
+             "mask %d causal %d align %d window %d bias %d alibi %d p %g", c->rank, c->B, H, Hkv,
+             c->nq, c->nk, c->d, c->dv, c->mask.lens, c->mask.mask_rank, c->mask.causal,
+             c->mask.align, c->mask.window, c->mask.bias_rank, c->mask.alibi_rank, (double)c->p);
+    if (want & 1)
+        check_atb(&tdq, rq, sq, nq_, noise, gq, what, "dQ");
+    if (want & 2)
+        check_atb(&tdk, rk, sk, nk_, noise, gk, what, "dK");
+    if (want & 4)
+        check_atb(&tdv, rv, sv, nv_, noise, gv, what, "dV");
+    if (want & 8)
+        check_atb(&tdb, rb, sb, nbias, noise, nbias ? gb : NULL, what, "dbias");
+    /* gradients not asked for stay untouched (poisoned) */
+    const clattn_tensor *skipped[3] = {&tdq, &tdk, &tdv};
+    for (int i = 0; i < 3; i++)
+        if (!(want & (1 << i))) {
+            float *x = h_read(skipped[i]);
+            if (!isnan(x[0]))
+                fail_msg("%s: a gradient not asked for was written", what);
+            free(x);
+        }
+    double *frees[] = {a.q, a.k, a.v, a.dout, kx, vx, rq, rkx, rvx, rds, sq, skx, svx, sds,
+                       rk, rv, sk, sv, rb, sb, gq, gk, gv, gb};
+    for (size_t i = 0; i < sizeof frees / sizeof frees[0]; i++)
+        free(frees[i]);
+    clattn_tensor *ts[] = {&tq, &tk, &tv, &tdo, &to, &tl, &tdq, &tdk, &tdv};
+    for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
+        clattn_tensor_release(ts[i]);
+    if (opts.bias)
+        clattn_tensor_release(&tdb);
+    h_mask_free(&hm);
+    free(q);
+    free(k);
+    free(v);
+    free(dO);
+}
+
+#define ATB_CASES(...)                                                \
+    do {                                                              \
+        const atb_case cs_[] = {__VA_ARGS__};                         \
+        for (size_t i_ = 0; i_ < sizeof cs_ / sizeof cs_[0]; i_++)    \
+            run_atb(&cs_[i_]);                                        \
+    } while (0)
+
+static void test_attention_backward(void **s)
+{
+    (void)s;
+    static const int l4[] = {0, 5, 2, 3}, l2[] = {7, 0};
+    ATB_CASES({3, 1, 0, 0, 1, 1, 1, 1}, {3, 2, 0, 0, 5, 7, 3, 4}, {3, 3, 0, 0, 4, 3, 5, 2},
+              /* grouped-query heads: dK and dV sum over each K/V head's query heads */
+              {4, 2, 4, 2, 3, 5, 4, 3}, {4, 1, 3, 1, 4, 6, 2, 5}, {4, 2, 2, 2, 3, 4, 3, 3},
+              /* lengths 0 (uniform rows: gradients in dV only) to K, 2-D, on the device */
+              {3, 4, 0, 0, 3, 5, 4, 3, {.lens = H_LENS_1D, .fixed_lens = l4}},
+              {3, 2, 0, 0, 4, 7, 3, 2, {.lens = H_LENS_2D}},
+              {4, 2, 2, 1, 3, 7, 2, 3, {.lens = H_LENS_1D, .lens_on_device = 1, .fixed_lens = l2}},
+              /* 0/1 masks, causal both ways, windows, a -inf fill */
+              {4, 2, 2, 2, 4, 5, 3, 3, {.mask_rank = 4, .mask_dims = {2, 1, 4, 5}}},
+              {3, 2, 0, 0, 5, 5, 3, 4, {.causal = 1}},
+              {3, 2, 0, 0, 3, 6, 3, 2, {.causal = 1, .align = 1}},
+              {3, 2, 0, 0, 6, 8, 2, 3, {.window = 1, .window_left = 2, .window_right = 1}},
+              {3, 2, 0, 0, 5, 5, 3, 4, {.causal = 1, .fill = -INFINITY}},
+              /* float biases broadcast over heads and rows (dbias sums them), ALiBi */
+              {4, 2, 2, 1, 3, 5, 3, 2, {.bias_rank = 2, .bias_dims = {3, 5}}},
+              {4, 2, 3, 3, 3, 4, 2, 3, {.bias_rank = 4, .bias_dims = {1, 3, 1, 4}, .causal = 1}},
+              {4, 2, 2, 2, 3, 4, 3, 2, {.alibi_rank = 1, .alibi_dims = {2}, .lens = H_LENS_1D}},
+              /* dropout through the forward's Philox stream */
+              {3, 2, 0, 0, 4, 6, 3, 3, {0}, 0, 0.3f}, {4, 2, 2, 1, 3, 5, 2, 3, {.causal = 1}, 0, 0.5f},
+              /* large logits, some gradients only, the forward's out and LSE passed along */
+              {3, 2, 0, 0, 4, 9, 8, 3, {.lens = H_LENS_1D}, 30}, {3, 2, 0, 0, 4, 5, 3, 3, {0}, 0, 0, 4},
+              {3, 2, 0, 0, 4, 5, 3, 3, {0}, 0, 0, 3}, {4, 2, 2, 2, 4, 5, 3, 3, {0}, 0, 0, 0, 1});
+    if (!h_small()) /* larger: the analytic reference only */
+        ATB_CASES({4, 2, 4, 2, 33, 47, 16, 24, {.lens = H_LENS_2D, .causal = 1, .align = 1}},
+                  {4, 1, 8, 2, 65, 129, 64, 32, {.bias_rank = 2, .bias_dims = {65, 129}}, 0, 0.2f});
+}
+
+/* The bias gradient's sums over its broadcast dims split over launches under a small loop budget
+ * (llvmpipe's limit, here forced): the same result as one launch. */
+static void test_bias_grad_split(void **s)
+{
+    (void)s;
+    clattn_params p;
+    memset(&p, 0, sizeof p);
+    p.tuning = "softmax=gpu:WG=4:LOOPS=40";
+    clattn_context *ctx = NULL, *saved = h_ctx;
+    if (clattn_context_wrap(&ctx, clattn_context_cl(h_ctx), clattn_context_device(h_ctx),
+                            clattn_context_queue(h_ctx), &p) != CLATTN_SUCCESS)
+        fail_msg("%s", clattn_last_error(NULL));
+    h_ctx = ctx; /* run_atb's tensors and ops on it (the same cl_context) */
+    ATB_CASES({4, 2, 4, 2, 20, 5, 3, 2, {.bias_rank = 1, .bias_dims = {5}, .lens = H_LENS_1D}},
+              {3, 3, 0, 0, 19, 6, 2, 3, {.bias_rank = 2, .bias_dims = {1, 6}}});
+    h_ctx = saved;
+    clattn_context_destroy(&ctx);
+}
+
 /* ---- bad input: a status naming the argument, outputs untouched ---- */
 
 static void test_bad_input(void **s)
@@ -494,6 +777,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_softmax_backward), cmocka_unit_test(test_dropout_backward),
         cmocka_unit_test(test_matmul_backward), cmocka_unit_test(test_linear_backward),
+        cmocka_unit_test(test_attention_backward), cmocka_unit_test(test_bias_grad_split),
         cmocka_unit_test(test_bad_input),
     };
     return cmocka_run_group_tests(tests, h_setup, h_teardown);
