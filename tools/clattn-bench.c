@@ -1543,6 +1543,143 @@ static void bench_additive(bench *b)
         free(*host[i]);
 }
 
+/* ---- dot-product attention backward: 16 heads, d 64 ---- */
+
+#define BWD_ROWS 8 /* rows of head 0 whose dQ is checked */
+#define BWD_KEYS 4 /* keys of head 0 whose dV is checked */
+
+typedef struct {
+    att_case a;
+    clattn_tensor dout, dq, dk, dv;
+    float *hdo;
+} bwd_case;
+
+static int bwd_run(bench *b, void *arg)
+{
+    bwd_case *c = arg;
+    clattn_attention_grads g = {&c->dq, &c->dk, &c->dv, NULL};
+    return clattn_dot_product_attention_backward(b->ctx, &c->a.q, &c->a.k, &c->a.v, &c->a.opts,
+                                                 NULL, &c->dout, &g) != CLATTN_SUCCESS;
+}
+
+/* Row i of head 0's probabilities (n doubles) into p. */
+static void bwd_probs(const bwd_case *c, size_t i, double *p)
+{
+    size_t n = c->a.n, d = c->a.d, lim = c->a.causal ? i + 1 : n;
+    double m = -INFINITY, s = 0;
+    for (size_t j = 0; j < n; j++) {
+        double dot = 0;
+        for (size_t e = 0; e < d; e++)
+            dot += (double)c->a.hq[i * d + e] * c->a.hk[j * d + e];
+        p[j] = j < lim ? dot / sqrt((double)d) : CLATTN_DEFAULT_FILL;
+        m = fmax(m, p[j]);
+    }
+    for (size_t j = 0; j < n; j++)
+        s += (p[j] = exp(p[j] - m));
+    for (size_t j = 0; j < n; j++)
+        p[j] /= s;
+}
+
+/* The worst error of dQ on BWD_ROWS rows and dV on BWD_KEYS keys of head 0, each relative to
+ * the sum of its terms' magnitudes, against double references. */
+static double bwd_error(bench *b, bwd_case *c)
+{
+    size_t n = c->a.n, d = c->a.d;
+    float *dq = malloc(n * d * sizeof *dq), *dv = malloc(n * d * sizeof *dv);
+    double *p = malloc(n * sizeof *p), *dp = malloc(n * sizeof *dp), worst = 0;
+    double *acc = calloc(BWD_KEYS * d * 2, sizeof *acc);
+    size_t keys[BWD_KEYS];
+    if (!dq || !dv || !p || !dp || !acc)
+        die("out of memory");
+    ok(b, clattn_tensor_fill(b->ctx, &c->dq, NAN), "poison dQ");
+    ok(b, clattn_tensor_fill(b->ctx, &c->dv, NAN), "poison dV");
+    ok(b, bwd_run(b, c) ? CLATTN_ERROR_OPENCL : CLATTN_SUCCESS, "backward");
+    clattn_tensor h0 = {c->dq.buf, 0, 1, {n * d}, CLATTN_FLOAT32};
+    ok(b, clattn_tensor_read_blocking(b->ctx, &h0, dq), "read dQ");
+    h0.buf = c->dv.buf;
+    ok(b, clattn_tensor_read_blocking(b->ctx, &h0, dv), "read dV");
+    for (int t = 0; t < BWD_KEYS; t++)
+        keys[t] = (size_t)uniform(b, 0, (double)n);
+    for (size_t i = 0; i < n; i++) {
+        bwd_probs(c, i, p);
+        const float *o = c->hdo + i * d;
+        for (int t = 0; t < BWD_KEYS; t++) /* dV[j] = sum_i p_ij dout_i */
+            for (size_t e = 0; e < d; e++) {
+                acc[(t * d + e) * 2] += p[keys[t]] * o[e];
+                acc[(t * d + e) * 2 + 1] += fabs(p[keys[t]] * o[e]);
+            }
+        if (i % (n / BWD_ROWS) != 0)
+            continue;
+        double D = 0; /* dQ_i = scale sum_j p_j (dout_i . v_j - D) k_j */
+        for (size_t j = 0; j < n; j++) {
+            dp[j] = 0;
+            for (size_t e = 0; e < d; e++)
+                dp[j] += (double)o[e] * c->a.hv[j * d + e];
+            D += p[j] * dp[j];
+        }
+        for (size_t e = 0; e < d; e++) {
+            double want = 0, mag = 0;
+            for (size_t j = 0; j < n; j++) {
+                double ds = p[j] * (dp[j] - D) / sqrt((double)d);
+                want += ds * c->a.hk[j * d + e];
+                mag += fabs(p[j]) * (fabs(dp[j]) + fabs(D)) * fabs(c->a.hk[j * d + e]);
+            }
+            double err = fabs(dq[i * d + e] - want) / (mag / sqrt((double)d) + 1e-30);
+            worst = isfinite(err) ? fmax(worst, err) : INFINITY;
+        }
+    }
+    for (int t = 0; t < BWD_KEYS; t++)
+        for (size_t e = 0; e < d; e++) {
+            double err = fabs(dv[keys[t] * d + e] - acc[(t * d + e) * 2]) /
+                         (acc[(t * d + e) * 2 + 1] + 1e-30);
+            worst = isfinite(err) ? fmax(worst, err) : INFINITY;
+        }
+    free(dq);
+    free(dv);
+    free(p);
+    free(dp);
+    free(acc);
+    return worst;
+}
+
+static void bwd_one(bench *b, size_t heads, size_t n, size_t d, int causal)
+{
+    bwd_case c;
+    char name[48];
+    att_make(b, &c.a, heads, 0, n, d, causal, 0);
+    size_t total = heads * n * d, dims[3] = {heads, n, d};
+    c.hdo = malloc(total * sizeof *c.hdo);
+    if (!c.hdo)
+        die("out of memory");
+    fill(b, c.hdo, total);
+    ok(b, clattn_tensor_create(b->ctx, CLATTN_FLOAT32, 3, dims, c.hdo, &c.dout), "create dout");
+    ok(b, clattn_tensor_create(b->ctx, CLATTN_FLOAT32, 3, dims, NULL, &c.dq), "create dQ");
+    ok(b, clattn_tensor_create(b->ctx, CLATTN_FLOAT32, 3, dims, NULL, &c.dk), "create dK");
+    ok(b, clattn_tensor_create(b->ctx, CLATTN_FLOAT32, 3, dims, NULL, &c.dv), "create dV");
+    snprintf(name, sizeof name, "H%zu N%zu d%zu%s", heads, n, d, causal ? " causal" : "");
+    /* FlashAttention-2's count: the backward is 2.5x the forward's 4 H N^2 d (dense) */
+    double gflop = 10e-9 * (double)heads * (double)n * (double)n * (double)d;
+    double err = bwd_error(b, &c);
+    if (err > ATT_TOL)
+        bench_check_fail(b, name, "clattn backward (unfused chain)", err, ATT_TOL);
+    else
+        bench_record(b, name, "clattn backward (unfused chain)", 0, gflop, "GFLOP/s",
+                     bench_time(b, bwd_run, &c, 1), err);
+    clattn_tensor *ts[] = {&c.dout, &c.dq, &c.dk, &c.dv};
+    for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
+        clattn_tensor_release(ts[i]);
+    free(c.hdo);
+    att_free(&c.a);
+}
+
+static void bench_backward(bench *b)
+{
+    for (int i = 0; i < b->nattn; i++) {
+        bwd_one(b, 16, (size_t)b->attn_n[i], 64, 0);
+        bwd_one(b, 16, (size_t)b->attn_n[i], 64, 1);
+    }
+}
+
 /* ---- d2l's MaskedSoftmaxCELoss, forward and backward ---- */
 
 #define LOSS_B 64
@@ -1701,6 +1838,9 @@ static const bench_section sections[] = {
      bench_mha},
     {"additive", "additive attention, batch 4, 256 x 256, hidden 64, sizes 64, valid lengths",
      bench_additive},
+    {"backward", "dot-product attention backward (dQ, dK, dV), 16 heads, d 64, N from --attn-n, "
+                 "plain and causal: GFLOP/s = 10 H N^2 d / time (FlashAttention-2's count)",
+     bench_backward},
     {"loss", "d2l's MaskedSoftmaxCELoss forward + backward, B 64, T 32, V 10000, random valid "
              "lengths: GB/s of the logits read twice and their gradient written once, vs a copy",
      bench_loss},

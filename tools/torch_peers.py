@@ -5,7 +5,7 @@ Prints one JSON object per line: {"name": ..., "ms": median, "reps": n}. Run it 
 after the matching `clattn-bench --only ...` so both see the same machine state.
 
     torch_peers.py [REPS] [--only SECTIONS]     SECTIONS: additive,mha,unfused,sdpa,gqa,decode,
-                                                varlen,bias,loss
+                                                varlen,bias,loss,backward
 
 PyTorch 2.x (python3 -m venv /tmp/torch2 && /tmp/torch2/bin/pip install torch numpy), CPU, float32,
 as many threads as the machine has cores. sdpa, gqa and decode use
@@ -201,6 +201,20 @@ def bench_loss(reps, B=64, T=32, V=10000):
     return [("torch_d2l_masked_softmax_ce_fwd_bwd_B64_T32_V10000", median_ms(run, reps))]
 
 
+def bench_sdpa_backward(reps, n, causal, heads=16, d=64):
+    """clattn-bench's backward section: the backward alone of SDPA (1, H, N, d) under autograd,
+    the graph kept from one forward."""
+    q, k, v = (torch.randn(1, heads, n, d, requires_grad=True) for _ in range(3))
+    out = sdpa()(q, k, v, is_causal=causal)
+    dout = torch.randn_like(out)
+
+    def run():
+        q.grad = k.grad = v.grad = None
+        out.backward(dout, retain_graph=True)
+
+    return median_ms(run, reps)
+
+
 SECTIONS = {
     "additive": lambda r: [("torch_additive_d2l_B4_Q256_K256_h64", bench_additive(r))],
     "mha": lambda r: [("torch_mha_B4_H8_N512_E512", bench_mha(r))],
@@ -214,6 +228,9 @@ SECTIONS = {
     "varlen": bench_varlen,
     "bias": bench_bias,
     "loss": bench_loss,
+    "backward": lambda r: [("torch_sdpa_backward_H16_N%d_d64%s" % (n, "_causal" if c else ""),
+                            bench_sdpa_backward(r, n, c))
+                           for n in (1024, 2048) for c in (False, True)],
 }
 
 
