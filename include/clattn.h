@@ -480,6 +480,30 @@ CLATTN_API clattn_status clattn_dot_product_attention_backward(clattn_context *c
                                                                const clattn_tensor *dout,
                                                                const clattn_attention_grads *grads);
 
+/* The gradients of multi-head attention's inputs, weights and biases (each NULL: not computed;
+ * each of its input's shape). dbias: opts.bias's. For self-attention (the same tensor as
+ * queries, keys and values) the input's gradient is dqueries + dkeys + dvalues: add them. */
+typedef struct {
+    const clattn_tensor *dqueries, *dkeys, *dvalues;
+    const clattn_tensor *dW_q, *dW_k, *dW_v, *dW_o;
+    const clattn_tensor *db_q, *db_k, *db_v, *db_o;
+    const clattn_tensor *dbias;
+} clattn_mha_grads;
+
+/* The gradients of clattn_multihead_attention from its inputs, weights (num_kv_heads too) and
+ * opts (the mask, bias and dropout: the same p, seed and offset redraw the forward's mask), and
+ * dout (B, Q, out_size). The forward's projections and attention output are computed again
+ * (three projections and a fused attention, in the context's scratch), then W_o, the attention
+ * (clattn_dot_product_attention_backward's chain) and the projections go backward. float32. */
+CLATTN_API clattn_status clattn_multihead_attention_backward(clattn_context *ctx,
+                                                             const clattn_tensor *queries,
+                                                             const clattn_tensor *keys,
+                                                             const clattn_tensor *values,
+                                                             const clattn_mha_weights *w,
+                                                             const clattn_attention_opts *opts,
+                                                             const clattn_tensor *dout,
+                                                             const clattn_mha_grads *grads);
+
 /* d2l's MaskedSoftmaxCELoss: logits (B, T, V), int32 labels (B, T), valid_len (B) int32 on the
  * device or NULL (every position counts) -> loss (B):
  *   loss[b] = 1/T sum_t w[b, t] ce[b, t],  ce = logsumexp(logits[b, t, :]) - logits[b, t, label],

@@ -106,7 +106,7 @@ static clattn_status check_additive(clattn_context *ctx, const clattn_tensor *q,
 {
     clattn_status st = CLATTN_SUCCESS;
     char s1[96];
-    CHECK_ST(clattn__check_module_inputs(ctx, q, k, v, out));
+    CHECK_ST(clattn__check_module_inputs(ctx, q, k, v, out, "out"));
     size_t B = q->dims[0], nq = q->dims[1], nk = k->dims[1];
     CHECK(ctx, out->dims[0] == B && out->dims[1] == nq && out->dims[2] == v->dims[2],
           CLATTN_ERROR_SHAPE_MISMATCH, "out: shape %s, expected (%zu, %zu, %zu)",

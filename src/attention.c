@@ -6,13 +6,13 @@
 
 clattn_status clattn__check_module_inputs(clattn_context *ctx, const clattn_tensor *q,
                                          const clattn_tensor *k, const clattn_tensor *v,
-                                         const clattn_tensor *out)
+                                         const clattn_tensor *out, const char *out_name)
 {
     clattn_status st = CLATTN_SUCCESS;
     CHECK_ST(clattn__check_float_tensor(ctx, q, "queries", 3, 3));
     CHECK_ST(clattn__check_float_tensor(ctx, k, "keys", 3, 3));
     CHECK_ST(clattn__check_float_tensor(ctx, v, "values", 3, 3));
-    CHECK_ST(clattn__check_float_tensor(ctx, out, "out", 3, 3));
+    CHECK_ST(clattn__check_float_tensor(ctx, out, out_name, 3, 3));
     size_t B = q->dims[0], nk = k->dims[1];
     CHECK(ctx, k->dims[0] == B && v->dims[0] == B, CLATTN_ERROR_SHAPE_MISMATCH,
           "keys/values: batch %zu/%zu differs from the queries' %zu", k->dims[0], v->dims[0], B);
@@ -243,11 +243,12 @@ fail:
  * broadcast dims; dQ = scale dS K, dK = scale dS^T Q. Grouped query heads are one batch of
  * G * nq rows per K/V head, as in the forward, so dK and dV sum over a K/V head's query heads
  * inside their GEMMs. */
-static clattn_status backward_chain(clattn_context *ctx, const clattn_tensor *Q,
-                                    const clattn_tensor *K, const clattn_tensor *V,
-                                    const clattn_mask_args *m,
-                                    const clattn_dropout_params *dropout, float scale,
-                                    const clattn_tensor *dout, const clattn_attention_grads *g)
+clattn_status clattn__attention_backward(clattn_context *ctx, const clattn_tensor *Q,
+                                         const clattn_tensor *K, const clattn_tensor *V,
+                                         const clattn_mask_args *m,
+                                         const clattn_dropout_params *dropout, float scale,
+                                         const clattn_tensor *dout,
+                                         const clattn_attention_grads *g)
 {
     clattn_status st = CLATTN_SUCCESS;
     clattn_tuning tune;
@@ -340,7 +341,7 @@ clattn_status clattn_dot_product_attention_backward(clattn_context *ctx, const c
     const clattn_arg ins[5] = {{Q, "Q"}, {K, "K"}, {V, "V"}, {out, "out"}, {dout, "dout"}};
     CHECK_ST(clattn__check_no_overlap(ctx, outs, 4, ins, 5));
     CHECK_ST(clattn__resolve_opts(ctx, opts, Q->ndim, sdims, ins, 5, outs, 4, &m, &drop, &lse));
-    CHECK_ST(backward_chain(ctx, Q, K, V, &m, drop, scale, dout, g));
+    CHECK_ST(clattn__attention_backward(ctx, Q, K, V, &m, drop, scale, dout, g));
 fail:
     clattn__mask_release(&m);
     return st;

@@ -70,10 +70,20 @@ clattn_status clattn__attention_core(clattn_context *ctx, const clattn_tensor *Q
                                      const clattn_dropout_params *dropout, float scale,
                                      const clattn_tensor *out, const clattn_tensor *weights,
                                      const clattn_tensor *lse);
-/* queries (B, Q, *), keys (B, K, *), values (B, K, *), out rank 3: the modules' common checks. */
+/* attention.c: the gradients of clattn__attention_core's out (no weights) with respect to Q, K,
+ * V and the bias (each of g NULL or contiguous float32 of its input's shape) from dout, by the
+ * unfused chain (the ATTN scratch slot: two score-sized buffers). */
+clattn_status clattn__attention_backward(clattn_context *ctx, const clattn_tensor *Q,
+                                         const clattn_tensor *K, const clattn_tensor *V,
+                                         const clattn_mask_args *m,
+                                         const clattn_dropout_params *dropout, float scale,
+                                         const clattn_tensor *dout,
+                                         const clattn_attention_grads *g);
+/* queries (B, Q, *), keys (B, K, *), values (B, K, *), out rank 3 (named out_name: "out", or a
+ * backward's "dout"): the modules' common checks. */
 clattn_status clattn__check_module_inputs(clattn_context *ctx, const clattn_tensor *q,
                                          const clattn_tensor *k, const clattn_tensor *v,
-                                         const clattn_tensor *out);
+                                         const clattn_tensor *out, const char *out_name);
 /* *scale = opts.scale, or 1/sqrt(d) when opts is NULL or its scale 0; fails when not finite. */
 clattn_status clattn__resolve_scale(clattn_context *ctx, const clattn_attention_opts *opts,
                                     size_t d, float *scale);

@@ -301,6 +301,12 @@ clattn_status clattn__enqueue_matmul(clattn_context *ctx, const clattn_tensor *A
                                      const clattn_tensor *B, int trans_b, float alpha, float beta,
                                      const clattn_tensor *bias, const clattn_tensor *C);
 
+/* matmul.c: dx = dy W, dW = dy^T x and db = dy's column sums over every row of x (..., in) and
+ * dy (..., out), W (out, in); any of dx, dW, db NULL (float32, checked). */
+clattn_status clattn__enqueue_linear_backward(clattn_context *ctx, const clattn_tensor *x,
+                                              const clattn_tensor *W, const clattn_tensor *dy,
+                                              const clattn_tensor *dx, const clattn_tensor *dW,
+                                              const clattn_tensor *db);
 /* softmax.c: kernels of one row per work-item or per work-group, in the softmax variant's shape
  * (softmax.cl, loss.cl). The kernel `name`_rows (CPU shape) or `name`_wg (GPU shape, its
  * work-group size fitted to what the device compiled, in *WG) of file, built with t's defines and

@@ -448,8 +448,8 @@ fail:
 
 /* db (cols) = the column sums of x2 (rows, cols), in row order, split over launches under the
  * matmul variant's loop budget (llvmpipe ends long loops). */
-static clattn_status enqueue_column_sums(clattn_context *ctx, const clattn_tensor *x2,
-                                         const clattn_tensor *db)
+static clattn_status column_sums(clattn_context *ctx, const clattn_tensor *x2,
+                                 const clattn_tensor *db)
 {
     clattn_status st = CLATTN_SUCCESS;
     clattn_tuning t;
@@ -486,7 +486,7 @@ clattn_status clattn_linear_backward(clattn_context *ctx, const clattn_tensor *x
     CHECK_ST(clattn__check_tensor(ctx, x, "x", CLATTN_FLOAT32, 1, 4));
     CHECK_ST(clattn__check_tensor(ctx, W, "W", CLATTN_FLOAT32, 2, 2));
     CHECK_ST(clattn__check_tensor(ctx, dy, "dy", CLATTN_FLOAT32, 1, 4));
-    size_t in = x->dims[x->ndim - 1], out = W->dims[0], rows = clattn_tensor_numel(x) / in;
+    size_t in = x->dims[x->ndim - 1], out = W->dims[0];
     CHECK(ctx, W->dims[1] == in, CLATTN_ERROR_SHAPE_MISMATCH,
           "W: shape %s, expected (out_features, %zu) for x %s", clattn__shape_str(W, s1, sizeof s1),
           in, clattn__shape_str(x, s2, sizeof s2));
@@ -504,6 +504,18 @@ clattn_status clattn_linear_backward(clattn_context *ctx, const clattn_tensor *x
     const clattn_arg outs[3] = {{dx, "dx"}, {dW, "dW"}, {db, "db"}};
     const clattn_arg ins[3] = {{x, "x"}, {W, "W"}, {dy, "dy"}};
     CHECK_ST(clattn__check_no_overlap(ctx, outs, 3, ins, 3));
+    CHECK_ST(clattn__enqueue_linear_backward(ctx, x, W, dy, dx, dW, db));
+fail:
+    return st;
+}
+
+clattn_status clattn__enqueue_linear_backward(clattn_context *ctx, const clattn_tensor *x,
+                                              const clattn_tensor *W, const clattn_tensor *dy,
+                                              const clattn_tensor *dx, const clattn_tensor *dW,
+                                              const clattn_tensor *db)
+{
+    clattn_status st = CLATTN_SUCCESS;
+    size_t in = x->dims[x->ndim - 1], out = W->dims[0], rows = clattn_tensor_numel(x) / in;
     size_t d2x[2] = {rows, in}, d2y[2] = {rows, out};
     clattn_tensor x2 = clattn_view(x->buf, x->dtype, x->offset, 2, d2x);
     clattn_tensor dy2 = clattn_view(dy->buf, dy->dtype, dy->offset, 2, d2y);
@@ -514,7 +526,7 @@ clattn_status clattn_linear_backward(clattn_context *ctx, const clattn_tensor *x
     if (dW) /* dW = dy^T x over every row */
         CHECK_ST(clattn__enqueue_matmul(ctx, &dy2, 1, &x2, 0, 1.0f, 0.0f, NULL, dW));
     if (db)
-        CHECK_ST(enqueue_column_sums(ctx, &dy2, db));
+        CHECK_ST(column_sums(ctx, &dy2, db));
 fail:
     return st;
 }

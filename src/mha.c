@@ -50,13 +50,13 @@ static void mha_inputs(const clattn_tensor *q, const clattn_tensor *k, const cla
 /* hid: W_q's rows (num_heads x dh); kvhid: W_k's and W_v's (num_kv_heads x dh). */
 static clattn_status check_mha(clattn_context *ctx, const clattn_tensor *q, const clattn_tensor *k,
                                const clattn_tensor *v, const clattn_mha_weights *w,
-                               const clattn_tensor *out, const clattn_tensor *weights, size_t *hid,
-                               size_t *kvhid)
+                               const clattn_tensor *out, const char *out_name,
+                               const clattn_tensor *weights, size_t *hid, size_t *kvhid)
 {
     clattn_status st = CLATTN_SUCCESS;
     char s1[96];
     size_t os = 0;
-    CHECK_ST(clattn__check_module_inputs(ctx, q, k, v, out));
+    CHECK_ST(clattn__check_module_inputs(ctx, q, k, v, out, out_name));
     size_t B = q->dims[0], nq = q->dims[1], nk = k->dims[1];
     CHECK(ctx, w, CLATTN_ERROR_INVALID_ARGUMENT, "w: NULL weights");
     *hid = 0;
@@ -73,7 +73,7 @@ static clattn_status check_mha(clattn_context *ctx, const clattn_tensor *q, cons
     CHECK_ST(check_linear(ctx, w->W_v, "w.W_v", w->b_v, "w.b_v", v->dims[2], "values", kvhid));
     CHECK_ST(check_linear(ctx, w->W_o, "w.W_o", w->b_o, "w.b_o", *hid, "the heads", &os));
     CHECK(ctx, out->dims[0] == B && out->dims[1] == nq && out->dims[2] == os,
-          CLATTN_ERROR_SHAPE_MISMATCH, "out: shape %s, expected (%zu, %zu, %zu)",
+          CLATTN_ERROR_SHAPE_MISMATCH, "%s: shape %s, expected (%zu, %zu, %zu)", out_name,
           clattn__shape_str(out, s1, sizeof s1), B, nq, os);
     if (weights) {
         size_t H = (size_t)w->num_heads;
@@ -83,10 +83,6 @@ static clattn_status check_mha(clattn_context *ctx, const clattn_tensor *q, cons
               CLATTN_ERROR_SHAPE_MISMATCH, "weights: shape %s, expected (%zu, %zu, %zu, %zu)",
               clattn__shape_str(weights, s1, sizeof s1), B, H, nq, nk);
     }
-    const clattn_arg outs[2] = {{out, "out"}, {weights, "weights"}};
-    clattn_arg ins[MHA_NINS];
-    mha_inputs(q, k, v, w, ins);
-    CHECK_ST(clattn__check_no_overlap(ctx, outs, 2, ins, MHA_NINS));
 fail:
     return st;
 }
@@ -170,16 +166,17 @@ clattn_status clattn_multihead_attention(clattn_context *ctx, const clattn_tenso
     CHECK_DRY_RUN(ctx,
                   clattn_multihead_attention(ctx, queries, keys, values, w, opts, out, weights));
     CHECK(NULL, ctx, CLATTN_ERROR_INVALID_ARGUMENT, "ctx: NULL context");
-    CHECK_ST(check_mha(ctx, queries, keys, values, w, out, weights, &hid, &kvhid));
+    CHECK_ST(check_mha(ctx, queries, keys, values, w, out, "out", weights, &hid, &kvhid));
+    const clattn_arg outs[2] = {{out, "out"}, {weights, "weights"}};
+    clattn_arg ins[MHA_NINS];
+    mha_inputs(queries, keys, values, w, ins);
+    CHECK_ST(clattn__check_no_overlap(ctx, outs, 2, ins, MHA_NINS));
     size_t B = queries->dims[0], nq = queries->dims[1], nk = keys->dims[1];
     size_t H = (size_t)w->num_heads, dh = hid / H, Hkv = (size_t)kv_heads(w);
     float scale = (float)(1.0 / sqrt((double)dh));
     size_t sdims[4] = {B, H, nq, nk};
     const clattn_dropout_params *drop;
     const clattn_tensor *lse;
-    const clattn_arg outs[2] = {{out, "out"}, {weights, "weights"}};
-    clattn_arg ins[MHA_NINS];
-    mha_inputs(queries, keys, values, w, ins);
     CHECK_ST(clattn__resolve_opts(ctx, opts, 4, sdims, ins, MHA_NINS, outs, 2, &m, &drop, &lse));
     CHECK_ST(clattn__tune(ctx, "attention", &att));
     int fused = !weights && clattn__flash_supports(&att, dh, dh);
@@ -202,6 +199,222 @@ clattn_status clattn_multihead_attention(clattn_context *ctx, const clattn_tenso
     clattn_tensor concat = clattn_view(buf, CLATTN_FLOAT32, fused ? l.qh : l.qp, 3,
                                        (size_t[]){B, nq, hid});
     CHECK_ST(clattn__enqueue_matmul(ctx, &concat, 0, w->W_o, 1, 1.0f, 0.0f, w->b_o, out));
+fail:
+    clattn__mask_release(&m);
+    return st;
+}
+
+/* ---- backward ---- */
+
+/* Every gradient, its input and names, for the checks. */
+#define MHA_NGRADS 12
+static void mha_grad_list(const clattn_tensor *q, const clattn_tensor *k, const clattn_tensor *v,
+                          const clattn_mha_weights *w, const clattn_attention_opts *opts,
+                          const clattn_mha_grads *g, const clattn_tensor *x[MHA_NGRADS],
+                          clattn_arg d[MHA_NGRADS], const char *xn[MHA_NGRADS])
+{
+    const clattn_tensor *xs[MHA_NGRADS] = {q, k, v, w->W_q, w->W_k, w->W_v, w->W_o, w->b_q,
+                                           w->b_k, w->b_v, w->b_o, opts ? opts->bias : NULL};
+    const clattn_arg ds[MHA_NGRADS] = {
+        {g->dqueries, "grads.dqueries"}, {g->dkeys, "grads.dkeys"}, {g->dvalues, "grads.dvalues"},
+        {g->dW_q, "grads.dW_q"}, {g->dW_k, "grads.dW_k"}, {g->dW_v, "grads.dW_v"},
+        {g->dW_o, "grads.dW_o"}, {g->db_q, "grads.db_q"}, {g->db_k, "grads.db_k"},
+        {g->db_v, "grads.db_v"}, {g->db_o, "grads.db_o"}, {g->dbias, "grads.dbias"}};
+    static const char *const names[MHA_NGRADS] = {"queries", "keys", "values", "w.W_q", "w.W_k",
+                                                  "w.W_v", "w.W_o", "w.b_q", "w.b_k", "w.b_v",
+                                                  "w.b_o", "opts.bias"};
+    memcpy(x, xs, sizeof xs);
+    memcpy(d, ds, sizeof ds);
+    memcpy(xn, names, sizeof names);
+}
+
+/* Each gradient given: float32, its input's shape, and an input to be the gradient of. */
+static clattn_status check_mha_grads(clattn_context *ctx, const clattn_tensor *const *x,
+                                     const clattn_arg *d, const char *const *xn)
+{
+    clattn_status st = CLATTN_SUCCESS;
+    char s1[96], s2[96];
+    for (int i = 0; i < MHA_NGRADS; i++) {
+        if (!d[i].t)
+            continue;
+        CHECK(ctx, x[i], CLATTN_ERROR_INVALID_ARGUMENT, "%s: given, but there is no %s",
+              d[i].name, xn[i]);
+        CHECK_ST(clattn__check_tensor(ctx, d[i].t, d[i].name, CLATTN_FLOAT32, 1, 4));
+        CHECK(ctx, d[i].t->ndim == x[i]->ndim &&
+                       memcmp(d[i].t->dims, x[i]->dims, sizeof(size_t) * x[i]->ndim) == 0,
+              CLATTN_ERROR_SHAPE_MISMATCH, "%s: shape %s, expected %s's shape %s", d[i].name,
+              clattn__shape_str(d[i].t, s1, sizeof s1), xn[i],
+              clattn__shape_str(x[i], s2, sizeof s2));
+    }
+fail:
+    return st;
+}
+
+/* Scratch layout of the backward, in elements: the projections' heads (B, H, T, dh) and
+ * (B, Hkv, T, dh), the attention's output heads and their concatenation (B, nq, hid), then the
+ * gradients of the concatenation, of the output heads, of the q/k/v heads and of the
+ * projections. The projections themselves go to the space of their gradients' heads first. */
+typedef struct {
+    size_t qh, kh, vh, oh, cat, dcat, doh, dqh, dkh, dvh, dqp, dkp, dvp, total;
+} mha_bwd_layout;
+
+static mha_bwd_layout bwd_layout(size_t B, size_t nq, size_t nk, size_t hid, size_t kvhid)
+{
+    mha_bwd_layout l;
+    size_t q = B * nq * hid, k = B * nk * kvhid;
+    l.qh = 0;
+    l.kh = l.qh + q;
+    l.vh = l.kh + k;
+    l.oh = l.vh + k;
+    l.cat = l.oh + q;
+    l.dcat = l.cat + q;
+    l.doh = l.dcat + q;
+    l.dqh = l.doh + q;
+    l.dkh = l.dqh + q;
+    l.dvh = l.dkh + k;
+    l.dqp = l.dvh + k;
+    l.dkp = l.dqp + q;
+    l.dvp = l.dkp + k;
+    l.total = l.dvp + k;
+    return l;
+}
+
+/* The forward again, keeping what the backward needs: the heads of the projections (through the
+ * space of the projections' gradients) and the concatenated attention output. */
+static clattn_status mha_recompute(clattn_context *ctx, const clattn_tensor *q,
+                                   const clattn_tensor *k, const clattn_tensor *v,
+                                   const clattn_mha_weights *w, cl_mem buf,
+                                   const mha_bwd_layout *l, size_t H, size_t Hkv, size_t dh,
+                                   const clattn_mask_args *m, const clattn_dropout_params *drop,
+                                   float scale)
+{
+    clattn_status st = CLATTN_SUCCESS;
+    size_t B = q->dims[0], nq = q->dims[1], nk = k->dims[1], hid = H * dh, kvhid = Hkv * dh;
+    clattn_tensor qp = clattn_view(buf, CLATTN_FLOAT32, l->dqp, 3, (size_t[]){B, nq, hid});
+    clattn_tensor kp = clattn_view(buf, CLATTN_FLOAT32, l->dkp, 3, (size_t[]){B, nk, kvhid});
+    clattn_tensor vp = clattn_view(buf, CLATTN_FLOAT32, l->dvp, 3, (size_t[]){B, nk, kvhid});
+    clattn_tensor qh = clattn_view(buf, CLATTN_FLOAT32, l->qh, 4, (size_t[]){B, H, nq, dh});
+    clattn_tensor kh = clattn_view(buf, CLATTN_FLOAT32, l->kh, 4, (size_t[]){B, Hkv, nk, dh});
+    clattn_tensor vh = clattn_view(buf, CLATTN_FLOAT32, l->vh, 4, (size_t[]){B, Hkv, nk, dh});
+    clattn_tensor oh = clattn_view(buf, CLATTN_FLOAT32, l->oh, 4, (size_t[]){B, H, nq, dh});
+    int b = (int)B, h = (int)H, hkv = (int)Hkv, d = (int)dh;
+    CHECK_ST(clattn__enqueue_matmul(ctx, q, 0, w->W_q, 1, 1.0f, 0.0f, w->b_q, &qp));
+    CHECK_ST(clattn__enqueue_matmul(ctx, k, 0, w->W_k, 1, 1.0f, 0.0f, w->b_k, &kp));
+    CHECK_ST(clattn__enqueue_matmul(ctx, v, 0, w->W_v, 1, 1.0f, 0.0f, w->b_v, &vp));
+    CHECK_ST(clattn__enqueue_heads(ctx, buf, l->dqp, buf, l->qh, b, (int)nq, h, d, 1));
+    CHECK_ST(clattn__enqueue_heads(ctx, buf, l->dkp, buf, l->kh, b, (int)nk, hkv, d, 1));
+    CHECK_ST(clattn__enqueue_heads(ctx, buf, l->dvp, buf, l->vh, b, (int)nk, hkv, d, 1));
+    CHECK_ST(clattn__attention_core(ctx, &qh, &kh, &vh, m, drop, scale, &oh, NULL, NULL));
+    CHECK_ST(clattn__enqueue_heads(ctx, buf, l->oh, buf, l->cat, b, (int)nq, h, d, 0));
+fail:
+    return st;
+}
+
+/* out = cat W_o^T + b_o back to the heads, the attention back to its q/k/v heads, the heads back
+ * to the projections, and each projection back to its input and weights. */
+static clattn_status mha_chain(clattn_context *ctx, const clattn_tensor *q, const clattn_tensor *k,
+                               const clattn_tensor *v, const clattn_mha_weights *w,
+                               const clattn_tensor *dout, const clattn_mha_grads *g, cl_mem buf,
+                               const mha_bwd_layout *l, size_t H, size_t Hkv, size_t dh,
+                               const clattn_mask_args *m, const clattn_dropout_params *drop,
+                               float scale)
+{
+    clattn_status st = CLATTN_SUCCESS;
+    size_t B = q->dims[0], nq = q->dims[1], nk = k->dims[1], hid = H * dh, kvhid = Hkv * dh;
+    int b = (int)B, h = (int)H, hkv = (int)Hkv, d = (int)dh;
+    clattn_tensor qh = clattn_view(buf, CLATTN_FLOAT32, l->qh, 4, (size_t[]){B, H, nq, dh});
+    clattn_tensor kh = clattn_view(buf, CLATTN_FLOAT32, l->kh, 4, (size_t[]){B, Hkv, nk, dh});
+    clattn_tensor vh = clattn_view(buf, CLATTN_FLOAT32, l->vh, 4, (size_t[]){B, Hkv, nk, dh});
+    clattn_tensor cat = clattn_view(buf, CLATTN_FLOAT32, l->cat, 3, (size_t[]){B, nq, hid});
+    clattn_tensor dcat = clattn_view(buf, CLATTN_FLOAT32, l->dcat, 3, (size_t[]){B, nq, hid});
+    clattn_tensor doh = clattn_view(buf, CLATTN_FLOAT32, l->doh, 4, (size_t[]){B, H, nq, dh});
+    clattn_tensor dqh = clattn_view(buf, CLATTN_FLOAT32, l->dqh, 4, (size_t[]){B, H, nq, dh});
+    clattn_tensor dkh = clattn_view(buf, CLATTN_FLOAT32, l->dkh, 4, (size_t[]){B, Hkv, nk, dh});
+    clattn_tensor dvh = clattn_view(buf, CLATTN_FLOAT32, l->dvh, 4, (size_t[]){B, Hkv, nk, dh});
+    clattn_tensor dqp = clattn_view(buf, CLATTN_FLOAT32, l->dqp, 3, (size_t[]){B, nq, hid});
+    clattn_tensor dkp = clattn_view(buf, CLATTN_FLOAT32, l->dkp, 3, (size_t[]){B, nk, kvhid});
+    clattn_tensor dvp = clattn_view(buf, CLATTN_FLOAT32, l->dvp, 3, (size_t[]){B, nk, kvhid});
+    int need_q = g->dqueries || g->dW_q || g->db_q, need_k = g->dkeys || g->dW_k || g->db_k;
+    int need_v = g->dvalues || g->dW_v || g->db_v;
+    CHECK_ST(clattn__enqueue_linear_backward(ctx, &cat, w->W_o, dout, &dcat, g->dW_o, g->db_o));
+    if (!need_q && !need_k && !need_v && !g->dbias)
+        return CLATTN_SUCCESS;
+    CHECK_ST(clattn__enqueue_heads(ctx, buf, l->dcat, buf, l->doh, b, (int)nq, h, d, 1));
+    clattn_attention_grads ag = {need_q ? &dqh : NULL, need_k ? &dkh : NULL,
+                                 need_v ? &dvh : NULL, g->dbias};
+    CHECK_ST(clattn__attention_backward(ctx, &qh, &kh, &vh, m, drop, scale, &doh, &ag));
+    if (need_q) {
+        CHECK_ST(clattn__enqueue_heads(ctx, buf, l->dqh, buf, l->dqp, b, (int)nq, h, d, 0));
+        CHECK_ST(clattn__enqueue_linear_backward(ctx, q, w->W_q, &dqp, g->dqueries, g->dW_q,
+                                                 g->db_q));
+    }
+    if (need_k) {
+        CHECK_ST(clattn__enqueue_heads(ctx, buf, l->dkh, buf, l->dkp, b, (int)nk, hkv, d, 0));
+        CHECK_ST(clattn__enqueue_linear_backward(ctx, k, w->W_k, &dkp, g->dkeys, g->dW_k,
+                                                 g->db_k));
+    }
+    if (need_v) {
+        CHECK_ST(clattn__enqueue_heads(ctx, buf, l->dvh, buf, l->dvp, b, (int)nk, hkv, d, 0));
+        CHECK_ST(clattn__enqueue_linear_backward(ctx, v, w->W_v, &dvp, g->dvalues, g->dW_v,
+                                                 g->db_v));
+    }
+fail:
+    return st;
+}
+
+clattn_status clattn_multihead_attention_backward(clattn_context *ctx,
+                                                  const clattn_tensor *queries,
+                                                  const clattn_tensor *keys,
+                                                  const clattn_tensor *values,
+                                                  const clattn_mha_weights *w,
+                                                  const clattn_attention_opts *opts,
+                                                  const clattn_tensor *dout,
+                                                  const clattn_mha_grads *g)
+{
+    clattn_status st = CLATTN_SUCCESS;
+    clattn_mask_args m = {0};
+    cl_mem buf;
+    size_t hid, kvhid;
+    const clattn_tensor *x[MHA_NGRADS];
+    clattn_arg d[MHA_NGRADS];
+    const char *xn[MHA_NGRADS];
+    CHECK_DRY_RUN(ctx, clattn_multihead_attention_backward(ctx, queries, keys, values, w, opts,
+                                                           dout, g));
+    CHECK(NULL, ctx, CLATTN_ERROR_INVALID_ARGUMENT, "ctx: NULL context");
+    CHECK(ctx, g, CLATTN_ERROR_INVALID_ARGUMENT, "grads: NULL");
+    CHECK_ST(check_mha(ctx, queries, keys, values, w, dout, "dout", NULL, &hid, &kvhid));
+    clattn_arg ins[MHA_NINS + 1];
+    mha_inputs(queries, keys, values, w, ins);
+    ins[MHA_NINS] = (clattn_arg){dout, "dout"};
+    for (int i = 0; i < MHA_NINS + 1; i++)
+        if (ins[i].t)
+            CHECK_ST(clattn__check_tensor(ctx, ins[i].t, ins[i].name, CLATTN_FLOAT32, 1, 4));
+    mha_grad_list(queries, keys, values, w, opts, g, x, d, xn);
+    CHECK_ST(check_mha_grads(ctx, x, d, xn));
+    CHECK_ST(clattn__check_no_overlap(ctx, d, MHA_NGRADS, ins, MHA_NINS + 1));
+    size_t B = queries->dims[0], nq = queries->dims[1], nk = keys->dims[1];
+    size_t H = (size_t)w->num_heads, dh = hid / H, Hkv = (size_t)kv_heads(w);
+    float scale = (float)(1.0 / sqrt((double)dh));
+    size_t sdims[4] = {B, H, nq, nk};
+    const clattn_dropout_params *drop;
+    const clattn_tensor *lse;
+    CHECK_ST(clattn__resolve_opts(ctx, opts, 4, sdims, ins, MHA_NINS + 1, d + 11, 1, &m, &drop,
+                                  &lse));
+    if (opts) { /* no gradient may overlap the mask's tensors or the slopes either */
+        const clattn_arg mins[4] = {{opts->mask.valid_lens, "opts.mask.valid_lens"},
+                                    {opts->mask.mask, "opts.mask.mask"},
+                                    {opts->bias, "opts.bias"},
+                                    {opts->alibi_slopes, "opts.alibi_slopes"}};
+        CHECK_ST(clattn__check_no_overlap(ctx, d, MHA_NGRADS, mins, 4));
+    }
+    mha_bwd_layout l = bwd_layout(B, nq, nk, hid, kvhid);
+    CHECK(ctx, l.total <= (size_t)INT32_MAX, CLATTN_ERROR_UNSUPPORTED,
+          "multihead_attention_backward: %zu elements of intermediates exceed 32-bit indexing",
+          l.total);
+    CHECK_ST(clattn__scratch(ctx, CLATTN_SCRATCH_MODULE, l.total * 4, &buf));
+    CHECK_ST(mha_recompute(ctx, queries, keys, values, w, buf, &l, H, Hkv, dh, &m, drop, scale));
+    CHECK_ST(mha_chain(ctx, queries, keys, values, w, dout, g, buf, &l, H, Hkv, dh, &m, drop,
+                       scale));
 fail:
     clattn__mask_release(&m);
     return st;

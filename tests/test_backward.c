@@ -684,6 +684,223 @@ static void test_attention_backward(void **s)
                   {4, 1, 8, 2, 65, 129, 64, 32, {.bias_rank = 2, .bias_dims = {65, 129}}, 0, 0.2f});
 }
 
+/* ---- multi-head attention ---- */
+
+typedef struct {
+    int B, nq, nk, qs, ks, vs, H, Hkv, dh, os;
+    int bias;         /* the four projection biases */
+    h_mask_spec mask; /* over the scores (B, H, nq, nk) */
+    float p;
+} mhb_case;
+
+/* Every parameter as doubles, in one array so finite differences can walk them all. */
+enum { P_Q, P_K, P_V, P_WQ, P_WK, P_WV, P_WO, P_BQ, P_BK, P_BV, P_BO, P_N };
+typedef struct {
+    const mhb_case *c;
+    h_mask *hm;
+    size_t n[P_N], at[P_N];
+    double *x; /* all parameters, parameter i at x + at[i] */
+    double *dout;
+} mhb_in;
+
+/* y (rows, out) = x (rows, in) W^T + b (b may be NULL) */
+static void lin_d(size_t rows, int in, int out, const double *x, const double *W, const double *b,
+                  double *y)
+{
+    ref_gemm((int)rows, out, in, x, 0, W, 1, y);
+    for (size_t r = 0; b && r < rows; r++)
+        for (int j = 0; j < out; j++)
+            y[r * out + j] += b[j];
+}
+
+/* (B, T, H*dh) -> (B, H, T, dh), the heads of K/V repeated to H query heads (G = H / Hkv) */
+static double *to_heads(const double *x, int B, int T, int Hx, int H, int dh)
+{
+    double *y = malloc((size_t)B * H * T * dh * 8);
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < H; h++)
+            for (int t = 0; t < T; t++)
+                for (int e = 0; e < dh; e++)
+                    y[(((size_t)b * H + h) * T + t) * dh + e] =
+                        x[((size_t)b * T + t) * Hx * dh + (size_t)(h / (H / Hx)) * dh + e];
+    return y;
+}
+
+/* The forward in double: out (B, nq, os); the heads and concat on request. */
+static void mhb_forward(const mhb_in *a, double *out, double **qh, double **kh, double **vh,
+                        double **cat)
+{
+    const mhb_case *c = a->c;
+    int B = c->B, hid = c->H * c->dh, kvhid = c->Hkv * c->dh;
+    const double *x = a->x;
+    double *qp = malloc((size_t)B * c->nq * hid * 8), *kp = malloc((size_t)B * c->nk * kvhid * 8);
+    double *vp = malloc((size_t)B * c->nk * kvhid * 8);
+    lin_d((size_t)B * c->nq, c->qs, hid, x + a->at[P_Q], x + a->at[P_WQ],
+          c->bias ? x + a->at[P_BQ] : NULL, qp);
+    lin_d((size_t)B * c->nk, c->ks, kvhid, x + a->at[P_K], x + a->at[P_WK],
+          c->bias ? x + a->at[P_BK] : NULL, kp);
+    lin_d((size_t)B * c->nk, c->vs, kvhid, x + a->at[P_V], x + a->at[P_WV],
+          c->bias ? x + a->at[P_BV] : NULL, vp);
+    double *Qh = to_heads(qp, B, c->nq, c->H, c->H, c->dh);
+    double *Kh = to_heads(kp, B, c->nk, c->Hkv, c->H, c->dh);
+    double *Vh = to_heads(vp, B, c->nk, c->Hkv, c->H, c->dh);
+    double *w = malloc((size_t)B * c->H * c->nq * c->nk * 8), *oh = malloc((size_t)B * c->nq * hid * 8);
+    double *ct = malloc((size_t)B * c->nq * hid * 8);
+    ref_dropout_params dp = {c->p, 99, 3};
+    ref_attention(&a->hm->r, c->dh, c->dh, Qh, Kh, Vh, 1 / sqrt((double)c->dh), &dp, w, oh);
+    for (int b = 0; b < B; b++) /* concat: (B, H, nq, dh) -> (B, nq, hid) */
+        for (int h = 0; h < c->H; h++)
+            for (int t = 0; t < c->nq; t++)
+                memcpy(ct + ((size_t)b * c->nq + t) * hid + (size_t)h * c->dh,
+                       oh + (((size_t)b * c->H + h) * c->nq + t) * c->dh, (size_t)c->dh * 8);
+    lin_d((size_t)B * c->nq, hid, c->os, ct, x + a->at[P_WO], c->bias ? x + a->at[P_BO] : NULL,
+          out);
+    if (qh) {
+        *qh = Qh;
+        *kh = Kh;
+        *vh = Vh;
+        *cat = ct;
+    } else {
+        free(Qh);
+        free(Kh);
+        free(Vh);
+        free(ct);
+    }
+    free(qp);
+    free(kp);
+    free(vp);
+    free(w);
+    free(oh);
+}
+
+static double mhb_loss(const double *unused, void *arg)
+{
+    (void)unused;
+    mhb_in *a = arg;
+    size_t no = (size_t)a->c->B * a->c->nq * a->c->os;
+    double *out = malloc(no * 8), s = 0;
+    mhb_forward(a, out, NULL, NULL, NULL, NULL);
+    for (size_t i = 0; i < no; i++)
+        s += a->dout[i] * out[i];
+    free(out);
+    return s;
+}
+
+static void run_mhb(const mhb_case *c)
+{
+    int B = c->B, hid = c->H * c->dh, kvhid = c->Hkv * c->dh;
+    size_t sd[4] = {(size_t)B, (size_t)c->H, (size_t)c->nq, (size_t)c->nk};
+    h_mask hm;
+    h_mask_make(&hm, &c->mask, 4, sd);
+    mhb_in a = {c, &hm, {0}, {0}, NULL, NULL};
+    size_t shapes[P_N][3] = {{B, c->nq, c->qs}, {B, c->nk, c->ks}, {B, c->nk, c->vs},
+                             {hid, c->qs, 0}, {kvhid, c->ks, 0}, {kvhid, c->vs, 0},
+                             {c->os, hid, 0}, {hid, 0, 0}, {kvhid, 0, 0}, {kvhid, 0, 0},
+                             {c->os, 0, 0}};
+    size_t total = 0;
+    for (int i = 0; i < P_N; i++) {
+        a.n[i] = shapes[i][0] * (shapes[i][1] ? shapes[i][1] : 1) * (shapes[i][2] ? shapes[i][2] : 1);
+        if (i >= P_BQ && !c->bias)
+            a.n[i] = 0;
+        a.at[i] = total;
+        total += a.n[i];
+    }
+    float *xf = malloc(total * 4);
+    h_fill(xf, total, -1, 1);
+    a.x = ref_to_double(xf, total);
+    size_t no = (size_t)B * c->nq * c->os;
+    float *dof = malloc(no * 4);
+    h_fill(dof, no, -1, 1);
+    a.dout = ref_to_double(dof, no);
+    /* device tensors of every parameter and gradient */
+    clattn_tensor t[P_N], dt[P_N];
+    for (int i = 0; i < P_N; i++) {
+        int r = shapes[i][2] ? 3 : shapes[i][1] ? 2 : 1;
+        if (!a.n[i]) {
+            t[i] = dt[i] = (clattn_tensor){0};
+            continue;
+        }
+        t[i] = h_tensor(CLATTN_FLOAT32, r, shapes[i], xf + a.at[i]);
+        dt[i] = h_tensor(CLATTN_FLOAT32, r, shapes[i], NULL);
+        h_poison(&dt[i]);
+    }
+    clattn_tensor tdo = h_tensor(CLATTN_FLOAT32, 3, H_DIMS(B, c->nq, c->os), dof);
+    clattn_mha_weights w = {c->H, &t[P_WQ], &t[P_WK], &t[P_WV], &t[P_WO],
+                            c->bias ? &t[P_BQ] : NULL, c->bias ? &t[P_BK] : NULL,
+                            c->bias ? &t[P_BV] : NULL, c->bias ? &t[P_BO] : NULL, c->Hkv};
+    clattn_mha_grads g = {&dt[P_Q], &dt[P_K], &dt[P_V], &dt[P_WQ], &dt[P_WK], &dt[P_WV],
+                          &dt[P_WO], c->bias ? &dt[P_BQ] : NULL, c->bias ? &dt[P_BK] : NULL,
+                          c->bias ? &dt[P_BV] : NULL, c->bias ? &dt[P_BO] : NULL, NULL};
+    clattn_attention_opts opts;
+    memset(&opts, 0, sizeof opts);
+    opts.mask = hm.m;
+    opts.dropout = (clattn_dropout_params){c->p, 1, 99, 3};
+    if (clattn_multihead_attention_backward(h_ctx, &t[P_Q], &t[P_K], &t[P_V], &w, &opts, &tdo,
+                                            &g) != CLATTN_SUCCESS)
+        fail_msg("multihead_attention_backward: %s", clattn_last_error(h_ctx));
+    /* finite differences of every parameter, with their noise (|out| <= hid (1 + ...)) */
+    double *fd = malloc(total * 8), noise = 0;
+    finite_diff(a.x, total, mhb_loss, &a, fd);
+    for (size_t i = 0; i < no; i++)
+        noise += fabs(a.dout[i]);
+    noise = 1e-15 * noise * (hid + 1) * (c->qs + c->ks + c->vs + 1) / FD_H;
+    /* each gradient's error scale: its own magnitude plus 1% of the largest gradient of any
+     * parameter (float32 sums of terms of that size; a gradient whose terms cancel, as the key
+     * bias's, which moves every score of a row alike, is 0 up to their rounding), plus the
+     * differences' noise. One wrong term moves a gradient by about its terms' size. */
+    double gmax = 0;
+    for (size_t j = 0; j < total; j++)
+        gmax = fmax(gmax, fabs(fd[j]));
+    static const char *const names[P_N] = {"dqueries", "dkeys", "dvalues", "dW_q", "dW_k", "dW_v",
+                                           "dW_o", "db_q", "db_k", "db_v", "db_o"};
+    char what[200];
+    for (int i = 0; i < P_N; i++) {
+        if (!a.n[i])
+            continue;
+        double *sc = malloc(a.n[i] * 8);
+        for (size_t j = 0; j < a.n[i]; j++)
+            sc[j] = fabs(fd[a.at[i] + j]) + 1e-2 * gmax + noise / FD_TOL + 1e-30;
+        float *got = h_read(&dt[i]);
+        snprintf(what, sizeof what, "multi-head backward B %d Q %d K %d sizes %d/%d/%d H %d/%d dh "
+                 "%d out %d bias %d lens %d causal %d p %g: %s (finite differences)", B, c->nq,
+                 c->nk, c->qs, c->ks, c->vs, c->H, c->Hkv, c->dh, c->os, c->bias, c->mask.lens,
+                 c->mask.causal, (double)c->p, names[i]);
+        h_assert_scaled(got, fd + a.at[i], sc, a.n[i], FD_TOL, what);
+        free(got);
+        free(sc);
+    }
+    for (int i = 0; i < P_N; i++)
+        if (a.n[i]) {
+            clattn_tensor_release(&t[i]);
+            clattn_tensor_release(&dt[i]);
+        }
+    clattn_tensor_release(&tdo);
+    h_mask_free(&hm);
+    free(fd);
+    free(xf);
+    free(dof);
+    free(a.x);
+    free(a.dout);
+}
+
+static void test_mha_backward(void **s)
+{
+    (void)s;
+    static const int l3[] = {0, 4, 2};
+    static const mhb_case cs[] = {
+        {1, 1, 1, 1, 1, 1, 1, 1, 1, 1},
+        {2, 3, 4, 5, 4, 3, 2, 2, 2, 3, 0},
+        {2, 3, 4, 5, 4, 3, 2, 2, 2, 3, 1, {.causal = 1}},
+        /* grouped-query: 4 query heads over 2 K/V heads, 3 over 1 */
+        {2, 4, 3, 3, 5, 2, 4, 2, 2, 3, 1, {.lens = H_LENS_1D}},
+        {1, 3, 5, 4, 3, 3, 3, 1, 2, 2, 1, {.lens = H_LENS_2D}},
+        {3, 2, 4, 3, 3, 4, 2, 2, 3, 2, 1, {.lens = H_LENS_1D, .fixed_lens = l3}},
+        {2, 3, 4, 4, 4, 4, 2, 1, 2, 3, 1, {.mask_rank = 2, .mask_dims = {3, 4}}, 0.4f},
+    };
+    for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++)
+        run_mhb(&cs[i]);
+}
+
 /* The bias gradient's sums over its broadcast dims split over launches under a small loop budget
  * (llvmpipe's limit, here forced): the same result as one launch. */
 static void test_bias_grad_split(void **s)
@@ -767,7 +984,47 @@ static void test_bad_input(void **s)
                    CLATTN_ERROR_SHAPE_MISMATCH, "dx");
     h_assert_bytes(&dx, o, "dx of a refused linear backward");
     h_assert_bytes(&db, o, "db of a refused linear backward");
-    clattn_tensor *ts[] = {&y, &dy, &dy5, &dx, &dxi, &y16, &A, &B, &dB, &W, &db};
+    /* multi-head: x (3, 4) as (B 1, T 3, 4) queries, keys and values; W (4, 4), 2 heads */
+    clattn_tensor X = h_tensor(CLATTN_FLOAT32, 3, H_DIMS(1, 3, 4), z);
+    clattn_tensor W4 = h_tensor(CLATTN_FLOAT32, 2, H_DIMS(4, 4), z);
+    clattn_tensor dX = h_tensor(CLATTN_FLOAT32, 3, H_DIMS(1, 3, 4), o);
+    clattn_tensor dX5 = h_tensor(CLATTN_FLOAT32, 3, H_DIMS(1, 3, 5), o);
+    clattn_tensor dW4 = h_tensor(CLATTN_FLOAT32, 2, H_DIMS(4, 4), o);
+    clattn_mha_weights mw = {2, &W4, &W4, &W4, &W4, NULL, NULL, NULL, NULL, 0};
+    clattn_mha_grads mg = {&dX, NULL, NULL, &dW4, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
+    h_assert_error(clattn_multihead_attention_backward(h_ctx, &X, &X, &X, &mw, NULL, &X, NULL),
+                   CLATTN_ERROR_INVALID_ARGUMENT, "grads: NULL");
+    h_assert_error(clattn_multihead_attention_backward(h_ctx, &X, &X, &X, &mw, NULL, &dX5, &mg),
+                   CLATTN_ERROR_SHAPE_MISMATCH, "dout: shape (1, 3, 5), expected (1, 3, 4)");
+    mg.dkeys = &dX5;
+    h_assert_error(clattn_multihead_attention_backward(h_ctx, &X, &X, &X, &mw, NULL, &X, &mg),
+                   CLATTN_ERROR_SHAPE_MISMATCH, "grads.dkeys: shape (1, 3, 5), expected keys'");
+    mg.dkeys = NULL;
+    mg.db_q = &db;
+    h_assert_error(clattn_multihead_attention_backward(h_ctx, &X, &X, &X, &mw, NULL, &X, &mg),
+                   CLATTN_ERROR_INVALID_ARGUMENT, "grads.db_q: given, but there is no w.b_q");
+    mg.db_q = NULL;
+    mg.dW_v = &W4;
+    h_assert_error(clattn_multihead_attention_backward(h_ctx, &X, &X, &X, &mw, NULL, &X, &mg),
+                   CLATTN_ERROR_INVALID_ARGUMENT, "grads.dW_v");
+    h_assert_bytes(&dX, o, "dqueries of a refused multi-head backward");
+    h_assert_bytes(&dW4, o, "dW_q of a refused multi-head backward");
+    /* dot-product: Q = K = V = X (1, 3, 4) */
+    clattn_attention_grads ag = {&dX5, NULL, NULL, NULL};
+    h_assert_error(clattn_dot_product_attention_backward(h_ctx, &X, &X, &X, NULL, NULL, &X, &ag),
+                   CLATTN_ERROR_SHAPE_MISMATCH, "grads.dQ: shape (1, 3, 5), expected Q's");
+    ag.dQ = NULL;
+    ag.dbias = &dX;
+    h_assert_error(clattn_dot_product_attention_backward(h_ctx, &X, &X, &X, NULL, NULL, &X, &ag),
+                   CLATTN_ERROR_INVALID_ARGUMENT, "grads.dbias: given, but the forward had no "
+                   "opts.bias");
+    ag.dbias = NULL;
+    ag.dK = &dX;
+    h_assert_error(clattn_dot_product_attention_backward(h_ctx, &X, &X, &X, NULL, NULL, &dX5, &ag),
+                   CLATTN_ERROR_SHAPE_MISMATCH, "dout");
+    h_assert_bytes(&dX, o, "dK of a refused attention backward");
+    clattn_tensor *ts[] = {&y, &dy, &dy5, &dx, &dxi, &y16, &A, &B, &dB, &W, &db,
+                           &X, &W4, &dX, &dX5, &dW4};
     for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
         clattn_tensor_release(ts[i]);
 }
@@ -778,6 +1035,7 @@ int main(void)
         cmocka_unit_test(test_softmax_backward), cmocka_unit_test(test_dropout_backward),
         cmocka_unit_test(test_matmul_backward), cmocka_unit_test(test_linear_backward),
         cmocka_unit_test(test_attention_backward), cmocka_unit_test(test_bias_grad_split),
+        cmocka_unit_test(test_mha_backward),
         cmocka_unit_test(test_bad_input),
     };
     return cmocka_run_group_tests(tests, h_setup, h_teardown);

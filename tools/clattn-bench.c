@@ -1302,6 +1302,82 @@ static int mha_run_unfused(bench *b, void *arg)
                                       &m->weights) != CLATTN_SUCCESS;
 }
 
+/* Forward and backward, every gradient (self-attention: queries, keys and values are one x). */
+typedef struct {
+    mha_case *m;
+    clattn_tensor dout, g[11];
+} mha_train;
+
+static int mha_run_train(bench *b, void *arg)
+{
+    mha_train *t = arg;
+    clattn_mha_grads g = {&t->g[0], &t->g[1], &t->g[2], &t->g[3], &t->g[4], &t->g[5], &t->g[6],
+                          &t->g[7], &t->g[8], &t->g[9], &t->g[10], NULL};
+    return mha_run_fused(b, t->m) ||
+           clattn_multihead_attention_backward(b->ctx, &t->m->x, &t->m->x, &t->m->x, &t->m->w,
+                                               NULL, &t->dout, &g) != CLATTN_SUCCESS;
+}
+
+/* db_o against the double sum of dout over every row, and every gradient finite. */
+static double mha_train_error(bench *b, mha_train *t, const float *hdo)
+{
+    const size_t rows = (size_t)MHA_B * MHA_N, E = MHA_E;
+    double worst = 0;
+    for (int i = 0; i < 11; i++)
+        ok(b, clattn_tensor_fill(b->ctx, &t->g[i], NAN), "poison a gradient");
+    ok(b, mha_run_train(b, t) ? CLATTN_ERROR_OPENCL : CLATTN_SUCCESS, "forward + backward");
+    for (int i = 0; i < 11; i++) {
+        size_t n = clattn_tensor_numel(&t->g[i]);
+        float *h = malloc(n * sizeof *h);
+        if (!h)
+            die("out of memory");
+        ok(b, clattn_tensor_read_blocking(b->ctx, &t->g[i], h), "read a gradient");
+        for (size_t j = 0; j < n; j++)
+            if (!isfinite(h[j]))
+                worst = INFINITY;
+        for (size_t c = 0; i == 10 && c < E; c++) { /* db_o */
+            double sum = 0, mag = 0;
+            for (size_t r = 0; r < rows; r++) {
+                sum += hdo[r * E + c];
+                mag += fabs(hdo[r * E + c]);
+            }
+            worst = fmax(worst, fabs(h[c] - sum) / mag);
+        }
+        free(h);
+    }
+    return worst;
+}
+
+static void mha_train_record(bench *b, mha_case *m, double gflop)
+{
+    size_t xd[3] = {MHA_B, MHA_N, MHA_E}, wd[2] = {MHA_E, MHA_E}, bd[1] = {MHA_E};
+    size_t nx = (size_t)MHA_B * MHA_N * MHA_E;
+    mha_train t;
+    float *hdo = malloc(nx * sizeof *hdo);
+    if (!hdo)
+        die("out of memory");
+    fill(b, hdo, nx);
+    t.m = m;
+    ok(b, clattn_tensor_create(b->ctx, CLATTN_FLOAT32, 3, xd, hdo, &t.dout), "create dout");
+    for (int i = 0; i < 11; i++)
+        ok(b, clattn_tensor_create(b->ctx, CLATTN_FLOAT32, i < 3 ? 3 : i < 7 ? 2 : 1,
+                                   i < 3 ? xd : i < 7 ? wd : bd, NULL, &t.g[i]), "create grad");
+    const char *name = "B4 H8 N512 E512 fwd+bwd";
+    double err = mha_train_error(b, &t, hdo);
+    /* the backward's flops: 2x the projections' and the attention's own 2.5x */
+    double fb = gflop + 1e-9 * (16.0 * MHA_B * MHA_N * (double)MHA_E * MHA_E +
+                                10.0 * MHA_B * (double)MHA_N * MHA_N * MHA_E);
+    if (err > 1e-5)
+        bench_check_fail(b, name, "clattn forward + backward", err, 1e-5);
+    else
+        bench_record(b, name, "clattn forward + backward", 0, fb, "GFLOP/s",
+                     bench_time(b, mha_run_train, &t, 1), err);
+    clattn_tensor_release(&t.dout);
+    for (int i = 0; i < 11; i++)
+        clattn_tensor_release(&t.g[i]);
+    free(hdo);
+}
+
 /* y (E) = W (E, E) x + bias, in double */
 static void mha_linear(const float *W, const float *bias, const double *x, double *y)
 {
@@ -1426,6 +1502,7 @@ static void bench_mha(bench *b)
                         "the context after the fused forward %.1f MiB, after the unfused %.1f MiB\n",
                 b->section, (2.0 * nx + 4.0 * (MHA_E * MHA_E + MHA_E)) * 4 / 1048576.0,
                 scratch / 1048576.0, clattn_context_scratch_bytes(b->ctx) / 1048576.0);
+    mha_train_record(b, &m, gflop);
     clattn_tensor_release(&m.x);
     clattn_tensor_release(&m.out);
     clattn_tensor_release(&m.weights);
@@ -1834,7 +1911,8 @@ static const bench_section sections[] = {
      bench_decode},
     {"varlen", "packed variable-length batch, 8 sequences of 64-2048 tokens, 16 heads, d 64, "
      "causal: varlen vs the padded fused op", bench_varlen},
-    {"mha", "multi-head forward, batch 4, 8 heads, 512 x 512, hidden 512, biases: fused vs unfused",
+    {"mha", "multi-head forward, batch 4, 8 heads, 512 x 512, hidden 512, biases: fused vs unfused; "
+            "forward + backward (every gradient)",
      bench_mha},
     {"additive", "additive attention, batch 4, 256 x 256, hidden 64, sizes 64, valid lengths",
      bench_additive},

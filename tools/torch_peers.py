@@ -88,6 +88,23 @@ def bench_mha(reps):
         return median_ms(lambda: net(x, x, x, need_weights=False), reps)
 
 
+def bench_mha_train(reps):
+    """clattn-bench's mha fwd+bwd row: nn.MultiheadAttention forward and backward (self-attention,
+    every parameter's gradient and the input's)."""
+    B, H, N, E = 4, 8, 512, 512
+    net = nn.MultiheadAttention(E, H, batch_first=True).train()
+    x = torch.randn(B, N, E, requires_grad=True)
+    dout = torch.randn(B, N, E)
+
+    def run():
+        net.zero_grad(set_to_none=True)
+        x.grad = None
+        out, _ = net(x, x, x, need_weights=False)
+        out.backward(dout)
+
+    return median_ms(run, reps)
+
+
 def bench_unfused_attention(reps, n=1024, heads=16, d=64):
     q, k, v = (torch.randn(heads, n, d) for _ in range(3))
     scale = 1 / math.sqrt(d)
@@ -217,7 +234,8 @@ def bench_sdpa_backward(reps, n, causal, heads=16, d=64):
 
 SECTIONS = {
     "additive": lambda r: [("torch_additive_d2l_B4_Q256_K256_h64", bench_additive(r))],
-    "mha": lambda r: [("torch_mha_B4_H8_N512_E512", bench_mha(r))],
+    "mha": lambda r: [("torch_mha_B4_H8_N512_E512", bench_mha(r)),
+                      ("torch_mha_B4_H8_N512_E512_fwd_bwd", bench_mha_train(r))],
     "unfused": lambda r: [("torch_attention_unfused_H16_N1024_d64", bench_unfused_attention(r))],
     "sdpa": lambda r: [("torch_sdpa_H16_N1024_d64", bench_sdpa(r)),
                        ("torch_sdpa_H16_N1024_d64_causal", bench_sdpa(r, causal=True))],
