@@ -504,6 +504,26 @@ CLATTN_API clattn_status clattn_multihead_attention_backward(clattn_context *ctx
                                                              const clattn_tensor *dout,
                                                              const clattn_mha_grads *grads);
 
+/* The gradients of additive attention's inputs and weights (each NULL: not computed; each of its
+ * input's shape: dw_v as w_v, (1, h) or (h)). */
+typedef struct {
+    const clattn_tensor *dqueries, *dkeys, *dvalues, *dW_q, *dW_k, *dw_v;
+} clattn_additive_grads;
+
+/* The gradients of clattn_additive_attention from its inputs, weights and opts (mask and
+ * dropout: the same p, seed and offset redraw the forward's mask) and dout (B, Q, v). The
+ * projections, scores and probabilities are computed again; the scores' gradient goes back
+ * through tanh in two kernels that recompute the features per (row, hidden unit), so the
+ * (B, Q, K, h) feature tensor never exists. float32. */
+CLATTN_API clattn_status clattn_additive_attention_backward(clattn_context *ctx,
+                                                            const clattn_tensor *queries,
+                                                            const clattn_tensor *keys,
+                                                            const clattn_tensor *values,
+                                                            const clattn_additive_weights *w,
+                                                            const clattn_attention_opts *opts,
+                                                            const clattn_tensor *dout,
+                                                            const clattn_additive_grads *grads);
+
 /* d2l's MaskedSoftmaxCELoss: logits (B, T, V), int32 labels (B, T), valid_len (B) int32 on the
  * device or NULL (every position counts) -> loss (B):
  *   loss[b] = 1/T sum_t w[b, t] ce[b, t],  ce = logsumexp(logits[b, t, :]) - logits[b, t, label],

@@ -179,3 +179,154 @@ fail:
     clattn__mask_release(&m);
     return st;
 }
+
+/* ---- backward ---- */
+
+/* dqp, dkp (and dw_v when dwv is not NULL, through dwp: (B Q, h) partial sums) from the scores'
+ * gradient ds (kernels/additive.cl). */
+static clattn_status enqueue_scores_backward(clattn_context *ctx, const clattn_tensor *qp,
+                                             const clattn_tensor *kp, const clattn_tensor *wv,
+                                             const clattn_tensor *ds, const clattn_tensor *dqp,
+                                             const clattn_tensor *dkp, const clattn_tensor *dwp,
+                                             const clattn_tensor *dwv)
+{
+    clattn_status st = CLATTN_SUCCESS;
+    cl_kernel k;
+    int B = (int)qp->dims[0], Q = (int)qp->dims[1], K = (int)kp->dims[1], H = (int)qp->dims[2];
+    int qo = (int)qp->offset, ko = (int)kp->offset, wo = (int)wv->offset, so = (int)ds->offset;
+    int dqo = (int)dqp->offset, dko = (int)dkp->offset, dwo = (int)dwp->offset;
+    size_t one, chunks = clattn__div_up((size_t)H, 8);
+    /* each work-item's loops over the other side's rows (8 hidden units each), counted as
+     * clattn__loop_budget asks; not split over launches */
+    CHECK_ST(clattn__loop_units(ctx, ctx->loop_limit, 20, 9L * (Q > K ? Q : K) + 1, 1, &one,
+                                "additive attention backward: %d queries and %d keys", Q, K));
+    CHECK_ST(clattn__get_kernel(ctx, "additive.cl", "", "additive_backward_q", &k));
+    CHECK_ST(clattn__set_args(ctx, k, "additive_backward_q", ARG(qp->buf), ARG(qo), ARG(kp->buf),
+                              ARG(ko), ARG(wv->buf), ARG(wo), ARG(ds->buf), ARG(so),
+                              ARG(dqp->buf), ARG(dqo), ARG(dwp->buf), ARG(dwo), ARG(Q), ARG(K),
+                              ARG(H), ARGS_END));
+    size_t gq[3] = {chunks, (size_t)Q, (size_t)B}, gk[3] = {chunks, (size_t)K, (size_t)B};
+    CHECK_ST(clattn__launch(ctx, k, 3, gq, NULL, "additive_backward_q"));
+    CHECK_ST(clattn__get_kernel(ctx, "additive.cl", "", "additive_backward_k", &k));
+    CHECK_ST(clattn__set_args(ctx, k, "additive_backward_k", ARG(qp->buf), ARG(qo), ARG(kp->buf),
+                              ARG(ko), ARG(wv->buf), ARG(wo), ARG(ds->buf), ARG(so),
+                              ARG(dkp->buf), ARG(dko), ARG(Q), ARG(K), ARG(H), ARGS_END));
+    CHECK_ST(clattn__launch(ctx, k, 3, gk, NULL, "additive_backward_k"));
+    if (dwv) {
+        clattn_tensor w1 = clattn_view(dwv->buf, dwv->dtype, dwv->offset, 1, (size_t[]){H});
+        clattn_tensor p2 = clattn_view(dwp->buf, CLATTN_FLOAT32, dwp->offset, 2,
+                                       (size_t[]){(size_t)B * Q, (size_t)H});
+        CHECK_ST(clattn__enqueue_column_sums(ctx, &p2, &w1));
+    }
+fail:
+    return st;
+}
+
+/* A gradient (or NULL): float32, of its input's shape. */
+static clattn_status check_grad(clattn_context *ctx, const clattn_tensor *d, const char *name,
+                                const clattn_tensor *x, const char *xname)
+{
+    clattn_status st = CLATTN_SUCCESS;
+    char s1[96], s2[96];
+    if (!d)
+        return CLATTN_SUCCESS;
+    CHECK_ST(clattn__check_tensor(ctx, d, name, CLATTN_FLOAT32, 1, 4));
+    CHECK(ctx, d->ndim == x->ndim && memcmp(d->dims, x->dims, sizeof(size_t) * x->ndim) == 0,
+          CLATTN_ERROR_SHAPE_MISMATCH, "%s: shape %s, expected %s's shape %s", name,
+          clattn__shape_str(d, s1, sizeof s1), xname, clattn__shape_str(x, s2, sizeof s2));
+fail:
+    return st;
+}
+
+clattn_status clattn_additive_attention_backward(clattn_context *ctx,
+                                                 const clattn_tensor *queries,
+                                                 const clattn_tensor *keys,
+                                                 const clattn_tensor *values,
+                                                 const clattn_additive_weights *w,
+                                                 const clattn_attention_opts *opts,
+                                                 const clattn_tensor *dout,
+                                                 const clattn_additive_grads *g)
+{
+    clattn_status st = CLATTN_SUCCESS;
+    clattn_mask_args m = {0};
+    clattn_tuning tune;
+    cl_mem buf;
+    size_t h;
+    CHECK_DRY_RUN(ctx, clattn_additive_attention_backward(ctx, queries, keys, values, w, opts,
+                                                          dout, g));
+    CHECK(NULL, ctx, CLATTN_ERROR_INVALID_ARGUMENT, "ctx: NULL context");
+    CHECK(ctx, g, CLATTN_ERROR_INVALID_ARGUMENT, "grads: NULL");
+    CHECK_ST(clattn__check_module_inputs(ctx, queries, keys, values, dout, "dout"));
+    size_t B = queries->dims[0], nq = queries->dims[1], nk = keys->dims[1];
+    CHECK(ctx, dout->dims[0] == B && dout->dims[1] == nq && dout->dims[2] == values->dims[2],
+          CLATTN_ERROR_SHAPE_MISMATCH, "dout: shape (%zu, %zu, %zu), expected (%zu, %zu, %zu)",
+          dout->dims[0], dout->dims[1], dout->dims[2], B, nq, values->dims[2]);
+    CHECK(ctx, w, CLATTN_ERROR_INVALID_ARGUMENT, "w: NULL weights");
+    h = 0;
+    CHECK_ST(check_proj(ctx, w->W_q, "w.W_q", queries, "queries", &h));
+    CHECK_ST(check_proj(ctx, w->W_k, "w.W_k", keys, "keys", &h));
+    CHECK_ST(check_wv(ctx, w->w_v, h, "w.w_v"));
+    clattn_arg ins[ADD_NINS + 1];
+    additive_inputs(queries, keys, values, w, ins);
+    ins[ADD_NINS] = (clattn_arg){dout, "dout"};
+    for (int i = 0; i <= ADD_NINS; i++)
+        CHECK_ST(clattn__check_tensor(ctx, ins[i].t, ins[i].name, CLATTN_FLOAT32, 1, 4));
+    const clattn_arg outs[6] = {{g->dqueries, "grads.dqueries"}, {g->dkeys, "grads.dkeys"},
+                                {g->dvalues, "grads.dvalues"}, {g->dW_q, "grads.dW_q"},
+                                {g->dW_k, "grads.dW_k"}, {g->dw_v, "grads.dw_v"}};
+    for (int i = 0; i < 6; i++) /* outs[i] is the gradient of ins[i] */
+        CHECK_ST(check_grad(ctx, outs[i].t, outs[i].name, ins[i].t, ins[i].name));
+    CHECK_ST(clattn__check_no_overlap(ctx, outs, 6, ins, ADD_NINS + 1));
+    size_t sdims[3] = {B, nq, nk};
+    const clattn_dropout_params *drop;
+    const clattn_tensor *lse;
+    CHECK_ST(clattn__resolve_opts(ctx, opts, 3, sdims, ins, ADD_NINS + 1, outs, 4, &m, &drop,
+                                  &lse));
+    if (opts) { /* the last gradients against the mask's tensors too */
+        const clattn_arg mins[4] = {{opts->mask.valid_lens, "opts.mask.valid_lens"},
+                                    {opts->mask.mask, "opts.mask.mask"},
+                                    {opts->bias, "opts.bias"},
+                                    {opts->alibi_slopes, "opts.alibi_slopes"}};
+        CHECK_ST(clattn__check_no_overlap(ctx, outs + 4, 2, mins, 4));
+    }
+    /* scratch: qp, kp, P, X (dropout(P), then the scores' gradient), dqp, dkp, w's partials */
+    size_t nqp = B * nq * h, nkp = B * nk * h, ns = B * nq * nk;
+    int dropping = clattn__dropout_active(drop);
+    CHECK_ST(clattn__scratch(ctx, CLATTN_SCRATCH_MODULE, (3 * nqp + 2 * nkp + 2 * ns) * 4, &buf));
+    clattn_tensor qp = clattn_view(buf, CLATTN_FLOAT32, 0, 3, (size_t[]){B, nq, h});
+    clattn_tensor kp = clattn_view(buf, CLATTN_FLOAT32, nqp, 3, (size_t[]){B, nk, h});
+    clattn_tensor P = clattn_view(buf, CLATTN_FLOAT32, nqp + nkp, 3, sdims);
+    clattn_tensor X = clattn_view(buf, CLATTN_FLOAT32, nqp + nkp + ns, 3, sdims);
+    clattn_tensor dqp = clattn_view(buf, CLATTN_FLOAT32, nqp + nkp + 2 * ns, 3,
+                                    (size_t[]){B, nq, h});
+    clattn_tensor dkp = clattn_view(buf, CLATTN_FLOAT32, 2 * nqp + nkp + 2 * ns, 3,
+                                    (size_t[]){B, nk, h});
+    clattn_tensor dwp = clattn_view(buf, CLATTN_FLOAT32, 2 * nqp + 2 * nkp + 2 * ns, 3,
+                                    (size_t[]){B, nq, h});
+    CHECK_ST(clattn__tune(ctx, "softmax", &tune));
+    CHECK_ST(clattn__enqueue_matmul(ctx, queries, 0, w->W_q, 1, 1.0f, 0.0f, NULL, &qp));
+    CHECK_ST(clattn__enqueue_matmul(ctx, keys, 0, w->W_k, 1, 1.0f, 0.0f, NULL, &kp));
+    CHECK_ST(enqueue_scores(ctx, &qp, &kp, w->w_v, &P));
+    CHECK_ST(clattn__enqueue_softmax(ctx, &tune, &P, &m, &P, NULL));
+    if (g->dvalues) { /* dV = dropout(P)^T dout */
+        const clattn_tensor *pd = &P;
+        if (dropping) {
+            CHECK_ST(clattn__enqueue_dropout(ctx, P.buf, P.offset, X.buf, X.offset, ns, 0, drop));
+            pd = &X;
+        }
+        CHECK_ST(clattn__enqueue_matmul(ctx, pd, 1, dout, 0, 1.0f, 0.0f, NULL, g->dvalues));
+    }
+    if (!g->dqueries && !g->dkeys && !g->dW_q && !g->dW_k && !g->dw_v)
+        goto fail; /* done: st is CLATTN_SUCCESS */
+    CHECK_ST(clattn__enqueue_matmul(ctx, dout, 0, values, 1, 1.0f, 0.0f, NULL, &X));
+    if (dropping)
+        CHECK_ST(clattn__enqueue_dropout(ctx, X.buf, X.offset, X.buf, X.offset, ns, 0, drop));
+    CHECK_ST(clattn__enqueue_softmax_backward(ctx, &tune, &P, &X, &m, &X));
+    CHECK_ST(enqueue_scores_backward(ctx, &qp, &kp, w->w_v, &X, &dqp, &dkp, &dwp, g->dw_v));
+    CHECK_ST(clattn__enqueue_linear_backward(ctx, queries, w->W_q, &dqp, g->dqueries, g->dW_q,
+                                             NULL));
+    CHECK_ST(clattn__enqueue_linear_backward(ctx, keys, w->W_k, &dkp, g->dkeys, g->dW_k, NULL));
+fail:
+    clattn__mask_release(&m);
+    return st;
+}

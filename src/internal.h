@@ -307,6 +307,9 @@ clattn_status clattn__enqueue_linear_backward(clattn_context *ctx, const clattn_
                                               const clattn_tensor *W, const clattn_tensor *dy,
                                               const clattn_tensor *dx, const clattn_tensor *dW,
                                               const clattn_tensor *db);
+/* matmul.c: db (cols, contiguous) = the column sums of x2 (rows, cols), rows in order. */
+clattn_status clattn__enqueue_column_sums(clattn_context *ctx, const clattn_tensor *x2,
+                                         const clattn_tensor *db);
 /* softmax.c: kernels of one row per work-item or per work-group, in the softmax variant's shape
  * (softmax.cl, loss.cl). The kernel `name`_rows (CPU shape) or `name`_wg (GPU shape, its
  * work-group size fitted to what the device compiled, in *WG) of file, built with t's defines and

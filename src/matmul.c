@@ -448,8 +448,8 @@ fail:
 
 /* db (cols) = the column sums of x2 (rows, cols), in row order, split over launches under the
  * matmul variant's loop budget (llvmpipe ends long loops). */
-static clattn_status column_sums(clattn_context *ctx, const clattn_tensor *x2,
-                                 const clattn_tensor *db)
+clattn_status clattn__enqueue_column_sums(clattn_context *ctx, const clattn_tensor *x2,
+                                         const clattn_tensor *db)
 {
     clattn_status st = CLATTN_SUCCESS;
     clattn_tuning t;
@@ -526,7 +526,7 @@ clattn_status clattn__enqueue_linear_backward(clattn_context *ctx, const clattn_
     if (dW) /* dW = dy^T x over every row */
         CHECK_ST(clattn__enqueue_matmul(ctx, &dy2, 1, &x2, 0, 1.0f, 0.0f, NULL, dW));
     if (db)
-        CHECK_ST(column_sums(ctx, &dy2, db));
+        CHECK_ST(clattn__enqueue_column_sums(ctx, &dy2, db));
 fail:
     return st;
 }

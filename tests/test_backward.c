@@ -901,6 +901,157 @@ static void test_mha_backward(void **s)
         run_mhb(&cs[i]);
 }
 
+/* ---- additive attention ---- */
+
+typedef struct {
+    int B, nq, nk, qs, ks, vs, h;
+    h_mask_spec mask; /* over the scores (B, nq, nk) */
+    float p;
+    int wv2d; /* w_v given as (1, h) */
+} adb_case;
+
+enum { A_Q, A_K, A_V, A_WQ, A_WK, A_WV, A_N };
+typedef struct {
+    const adb_case *c;
+    h_mask *hm;
+    size_t n[A_N], at[A_N];
+    double *x, *dout;
+} adb_in;
+
+/* d2l's AdditiveAttention in double: out (B, nq, vs) */
+static void adb_forward(const adb_in *a, double *out)
+{
+    const adb_case *c = a->c;
+    const double *x = a->x, *wv = x + a->at[A_WV];
+    size_t ns = (size_t)c->B * c->nq * c->nk;
+    double *qp = malloc((size_t)c->B * c->nq * c->h * 8), *kp = malloc((size_t)c->B * c->nk * c->h * 8);
+    double *sc = malloc(ns * 8), *w = malloc(ns * 8);
+    lin_d((size_t)c->B * c->nq, c->qs, c->h, x + a->at[A_Q], x + a->at[A_WQ], NULL, qp);
+    lin_d((size_t)c->B * c->nk, c->ks, c->h, x + a->at[A_K], x + a->at[A_WK], NULL, kp);
+    for (int b = 0; b < c->B; b++)
+        for (int i = 0; i < c->nq; i++)
+            for (int j = 0; j < c->nk; j++) {
+                double t = 0;
+                for (int e = 0; e < c->h; e++)
+                    t += wv[e] * tanh(qp[((size_t)b * c->nq + i) * c->h + e] +
+                                      kp[((size_t)b * c->nk + j) * c->h + e]);
+                sc[((size_t)b * c->nq + i) * c->nk + j] = t;
+            }
+    ref_masked_softmax_d(&a->hm->r, sc, w);
+    if (c->p > 0)
+        ref_dropout(w, ns, 0, 77, 5, c->p);
+    for (int b = 0; b < c->B; b++)
+        ref_gemm(c->nq, c->vs, c->nk, w + (size_t)b * c->nq * c->nk, 0,
+                 x + a->at[A_V] + (size_t)b * c->nk * c->vs, 0, out + (size_t)b * c->nq * c->vs);
+    free(qp);
+    free(kp);
+    free(sc);
+    free(w);
+}
+
+static double adb_loss(const double *unused, void *arg)
+{
+    (void)unused;
+    adb_in *a = arg;
+    size_t no = (size_t)a->c->B * a->c->nq * a->c->vs;
+    double *out = malloc(no * 8), s = 0;
+    adb_forward(a, out);
+    for (size_t i = 0; i < no; i++)
+        s += a->dout[i] * out[i];
+    free(out);
+    return s;
+}
+
+static void run_adb(const adb_case *c)
+{
+    size_t sd[3] = {(size_t)c->B, (size_t)c->nq, (size_t)c->nk};
+    h_mask hm;
+    h_mask_make(&hm, &c->mask, 3, sd);
+    adb_in a = {c, &hm, {0}, {0}, NULL, NULL};
+    size_t shapes[A_N][3] = {{c->B, c->nq, c->qs}, {c->B, c->nk, c->ks}, {c->B, c->nk, c->vs},
+                             {c->h, c->qs, 0}, {c->h, c->ks, 0},
+                             {c->wv2d ? 1 : c->h, c->wv2d ? c->h : 0, 0}};
+    size_t total = 0;
+    for (int i = 0; i < A_N; i++) {
+        a.n[i] = shapes[i][0] * (shapes[i][1] ? shapes[i][1] : 1) * (shapes[i][2] ? shapes[i][2] : 1);
+        a.at[i] = total;
+        total += a.n[i];
+    }
+    float *xf = malloc(total * 4);
+    h_fill(xf, total, -1, 1);
+    a.x = ref_to_double(xf, total);
+    size_t no = (size_t)c->B * c->nq * c->vs;
+    float *dof = malloc(no * 4);
+    h_fill(dof, no, -1, 1);
+    a.dout = ref_to_double(dof, no);
+    clattn_tensor t[A_N], dt[A_N];
+    for (int i = 0; i < A_N; i++) {
+        int r = shapes[i][2] ? 3 : shapes[i][1] ? 2 : 1;
+        t[i] = h_tensor(CLATTN_FLOAT32, r, shapes[i], xf + a.at[i]);
+        dt[i] = h_tensor(CLATTN_FLOAT32, r, shapes[i], NULL);
+        h_poison(&dt[i]);
+    }
+    clattn_tensor tdo = h_tensor(CLATTN_FLOAT32, 3, H_DIMS(c->B, c->nq, c->vs), dof);
+    clattn_additive_weights w = {&t[A_WQ], &t[A_WK], &t[A_WV]};
+    clattn_additive_grads g = {&dt[A_Q], &dt[A_K], &dt[A_V], &dt[A_WQ], &dt[A_WK], &dt[A_WV]};
+    clattn_attention_opts opts;
+    memset(&opts, 0, sizeof opts);
+    opts.mask = hm.m;
+    opts.dropout = (clattn_dropout_params){c->p, 1, 77, 5};
+    if (clattn_additive_attention_backward(h_ctx, &t[A_Q], &t[A_K], &t[A_V], &w, &opts, &tdo, &g) !=
+        CLATTN_SUCCESS)
+        fail_msg("additive_attention_backward: %s", clattn_last_error(h_ctx));
+    double *fd = malloc(total * 8), noise = 0, gmax = 0;
+    finite_diff(a.x, total, adb_loss, &a, fd);
+    for (size_t i = 0; i < no; i++)
+        noise += fabs(a.dout[i]);
+    noise = 1e-15 * noise * (c->h + 1) / FD_H;
+    for (size_t j = 0; j < total; j++)
+        gmax = fmax(gmax, fabs(fd[j]));
+    static const char *const names[A_N] = {"dqueries", "dkeys", "dvalues", "dW_q", "dW_k", "dw_v"};
+    char what[200];
+    for (int i = 0; i < A_N; i++) { /* error scales as the multi-head test's */
+        double *sc = malloc(a.n[i] * 8);
+        for (size_t j = 0; j < a.n[i]; j++)
+            sc[j] = fabs(fd[a.at[i] + j]) + 1e-2 * gmax + noise / FD_TOL + 1e-30;
+        float *got = h_read(&dt[i]);
+        snprintf(what, sizeof what, "additive backward B %d Q %d K %d sizes %d/%d/%d h %d lens %d "
+                 "causal %d p %g: %s (finite differences)", c->B, c->nq, c->nk, c->qs, c->ks,
+                 c->vs, c->h, c->mask.lens, c->mask.causal, (double)c->p, names[i]);
+        h_assert_scaled(got, fd + a.at[i], sc, a.n[i], FD_TOL, what);
+        free(got);
+        free(sc);
+    }
+    for (int i = 0; i < A_N; i++) {
+        clattn_tensor_release(&t[i]);
+        clattn_tensor_release(&dt[i]);
+    }
+    clattn_tensor_release(&tdo);
+    h_mask_free(&hm);
+    free(fd);
+    free(xf);
+    free(dof);
+    free(a.x);
+    free(a.dout);
+}
+
+static void test_additive_backward(void **s)
+{
+    (void)s;
+    static const int l3[] = {0, 5, 2};
+    static const adb_case cs[] = {
+        {1, 1, 1, 1, 1, 1, 1},
+        {2, 3, 5, 4, 3, 2, 9},           /* h 9: a full chunk of 8 hidden units and a tail */
+        {3, 2, 5, 3, 2, 4, 8, {.lens = H_LENS_1D, .fixed_lens = l3}, 0, 1},
+        {2, 4, 3, 2, 3, 3, 5, {.lens = H_LENS_2D}},
+        {2, 4, 4, 3, 3, 2, 6, {.causal = 1}},
+        {2, 3, 6, 2, 2, 3, 4, {.mask_rank = 2, .mask_dims = {3, 6}}, 0.3f},
+        {1, 5, 4, 3, 2, 2, 17, {.lens = H_LENS_1D}, 0.5f, 1},
+    };
+    for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++)
+        run_adb(&cs[i]);
+}
+
 /* The bias gradient's sums over its broadcast dims split over launches under a small loop budget
  * (llvmpipe's limit, here forced): the same result as one launch. */
 static void test_bias_grad_split(void **s)
@@ -1035,7 +1186,7 @@ int main(void)
         cmocka_unit_test(test_softmax_backward), cmocka_unit_test(test_dropout_backward),
         cmocka_unit_test(test_matmul_backward), cmocka_unit_test(test_linear_backward),
         cmocka_unit_test(test_attention_backward), cmocka_unit_test(test_bias_grad_split),
-        cmocka_unit_test(test_mha_backward),
+        cmocka_unit_test(test_mha_backward), cmocka_unit_test(test_additive_backward),
         cmocka_unit_test(test_bad_input),
     };
     return cmocka_run_group_tests(tests, h_setup, h_teardown);
