@@ -524,6 +524,11 @@ CLATTN_API clattn_status clattn_additive_attention_backward(clattn_context *ctx,
                                                             const clattn_tensor *dout,
                                                             const clattn_additive_grads *grads);
 
+/* y += alpha x, elementwise (float32, the same shape; x must not overlap y): the update of an SGD
+ * step, alpha = -learning rate, x a gradient and y its weight. */
+CLATTN_API clattn_status clattn_axpy(clattn_context *ctx, float alpha, const clattn_tensor *x,
+                                     const clattn_tensor *y);
+
 /* d2l's MaskedSoftmaxCELoss: logits (B, T, V), int32 labels (B, T), valid_len (B) int32 on the
  * device or NULL (every position counts) -> loss (B):
  *   loss[b] = 1/T sum_t w[b, t] ce[b, t],  ce = logsumexp(logits[b, t, :]) - logits[b, t, label],

@@ -232,7 +232,7 @@ static clattn_status check_grad(clattn_context *ctx, const clattn_tensor *d, con
         return CLATTN_SUCCESS;
     CHECK_ST(clattn__check_tensor(ctx, d, name, CLATTN_FLOAT32, 1, 4));
     CHECK(ctx, d->ndim == x->ndim && memcmp(d->dims, x->dims, sizeof(size_t) * x->ndim) == 0,
-          CLATTN_ERROR_SHAPE_MISMATCH, "%s: shape %s, expected %s's shape %s", name,
+          CLATTN_ERROR_SHAPE_MISMATCH, "%s: shape %s, expected the shape of %s, %s", name,
           clattn__shape_str(d, s1, sizeof s1), xname, clattn__shape_str(x, s2, sizeof s2));
 fail:
     return st;

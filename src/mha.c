@@ -242,7 +242,8 @@ static clattn_status check_mha_grads(clattn_context *ctx, const clattn_tensor *c
         CHECK_ST(clattn__check_tensor(ctx, d[i].t, d[i].name, CLATTN_FLOAT32, 1, 4));
         CHECK(ctx, d[i].t->ndim == x[i]->ndim &&
                        memcmp(d[i].t->dims, x[i]->dims, sizeof(size_t) * x[i]->ndim) == 0,
-              CLATTN_ERROR_SHAPE_MISMATCH, "%s: shape %s, expected %s's shape %s", d[i].name,
+              CLATTN_ERROR_SHAPE_MISMATCH, "%s: shape %s, expected the shape of %s, %s",
+              d[i].name,
               clattn__shape_str(d[i].t, s1, sizeof s1), xn[i],
               clattn__shape_str(x[i], s2, sizeof s2));
     }

@@ -1071,6 +1071,48 @@ static void test_bias_grad_split(void **s)
     clattn_context_destroy(&ctx);
 }
 
+/* ---- the SGD update ---- */
+
+static void test_axpy(void **s)
+{
+    (void)s;
+    const size_t n = 1031;
+    float *x = malloc(n * 4), *y = malloc(n * 4), o[6];
+    double *ref = malloc(n * 8), *sc = malloc(n * 8);
+    h_fill(x, n, -3, 3);
+    h_fill(y, n, -1, 1);
+    x[5] = NAN;
+    for (size_t i = 0; i < n; i++) {
+        ref[i] = (double)y[i] - 0.25 * x[i];
+        sc[i] = fabs(y[i]) + fabs(0.25 * x[i]) + 1e-30;
+    }
+    clattn_tensor tx = h_tensor(CLATTN_FLOAT32, 2, H_DIMS(1, n), x);
+    clattn_tensor ty = h_tensor(CLATTN_FLOAT32, 2, H_DIMS(1, n), y);
+    if (clattn_axpy(h_ctx, -0.25f, &tx, &ty) != CLATTN_SUCCESS)
+        fail_msg("axpy: %s", clattn_last_error(h_ctx));
+    float *got = h_read(&ty);
+    h_assert_scaled(got, ref, sc, n, 0x1p-23, "axpy"); /* one fma: one rounding */
+    free(got);
+    h_fill(o, 6, 5, 6);
+    clattn_tensor t6 = h_tensor(CLATTN_FLOAT32, 1, H_DIMS(6), o);
+    clattn_tensor t3 = h_tensor(CLATTN_FLOAT32, 2, H_DIMS(2, 3), o);
+    clattn_tensor ti = h_tensor(CLATTN_INT32, 1, H_DIMS(6), NULL);
+    h_assert_error(clattn_axpy(h_ctx, 1, &t3, &t6), CLATTN_ERROR_SHAPE_MISMATCH,
+                   "y: shape (6), expected x's shape (2, 3)");
+    h_assert_error(clattn_axpy(h_ctx, NAN, &t6, &t6), CLATTN_ERROR_INVALID_ARGUMENT,
+                   "alpha: not finite");
+    h_assert_error(clattn_axpy(h_ctx, 1, &t6, &t6), CLATTN_ERROR_INVALID_ARGUMENT, "y");
+    h_assert_error(clattn_axpy(h_ctx, 1, &ti, &t6), CLATTN_ERROR_INVALID_TENSOR, "x");
+    h_assert_bytes(&t6, o, "y of a refused axpy");
+    clattn_tensor *ts[] = {&tx, &ty, &t6, &t3, &ti};
+    for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
+        clattn_tensor_release(ts[i]);
+    free(x);
+    free(y);
+    free(ref);
+    free(sc);
+}
+
 /* ---- bad input: a status naming the argument, outputs untouched ---- */
 
 static void test_bad_input(void **s)
@@ -1149,7 +1191,8 @@ static void test_bad_input(void **s)
                    CLATTN_ERROR_SHAPE_MISMATCH, "dout: shape (1, 3, 5), expected (1, 3, 4)");
     mg.dkeys = &dX5;
     h_assert_error(clattn_multihead_attention_backward(h_ctx, &X, &X, &X, &mw, NULL, &X, &mg),
-                   CLATTN_ERROR_SHAPE_MISMATCH, "grads.dkeys: shape (1, 3, 5), expected keys'");
+                   CLATTN_ERROR_SHAPE_MISMATCH,
+                   "grads.dkeys: shape (1, 3, 5), expected the shape of keys");
     mg.dkeys = NULL;
     mg.db_q = &db;
     h_assert_error(clattn_multihead_attention_backward(h_ctx, &X, &X, &X, &mw, NULL, &X, &mg),
@@ -1187,6 +1230,7 @@ int main(void)
         cmocka_unit_test(test_matmul_backward), cmocka_unit_test(test_linear_backward),
         cmocka_unit_test(test_attention_backward), cmocka_unit_test(test_bias_grad_split),
         cmocka_unit_test(test_mha_backward), cmocka_unit_test(test_additive_backward),
+        cmocka_unit_test(test_axpy),
         cmocka_unit_test(test_bad_input),
     };
     return cmocka_run_group_tests(tests, h_setup, h_teardown);

@@ -863,6 +863,43 @@ static clattn_status wrap_with(cl_context c, cl_device_id d, cl_command_queue q)
     X(convert_y_int32, INVALID_TENSOR, "y: dtype int32", clattn_convert(CTX, &b16, &i32v))     \
     X(attention_q_int32, INVALID_TENSOR, "Q: dtype int32, expected float32, float16 or "        \
       "bfloat16", clattn_dot_product_attention(CTX, &i32v, &Kk, &V, NULL, &O, NULL))            \
+    /* training: backward passes, the loss, the SGD update */                                 \
+    X(softmax_bwd_shape, SHAPE_MISMATCH, "dscores: shape (6, 7), expected out's shape",        \
+      clattn_masked_softmax_backward(CTX, &S, &S, NULL, &C))                                   \
+    X(softmax_bwd_int, INVALID_TENSOR, "out", clattn_masked_softmax_backward(CTX, &a_int, &S,  \
+      NULL, &Y))                                                                               \
+    X(dropout_bwd_p, INVALID_ARGUMENT, "p.p = 1.5", clattn_dropout_backward(CTX, &S,           \
+      &(clattn_dropout_params){1.5f, 1, 0, 0}, &Y))                                            \
+    X(matmul_bwd_da, SHAPE_MISMATCH, "dA: shape (6, 7), expected A's shape (6, 4)",            \
+      clattn_matmul_backward(CTX, &A, 0, &B, 0, 1, &C, &C, NULL))                              \
+    X(matmul_bwd_dc, SHAPE_MISMATCH, "dC: shape (2, 3, 5)", clattn_matmul_backward(CTX, &A, 0, \
+      &B, 0, 1, &Y, NULL, &C))                                                                 \
+    X(linear_bwd_dy, SHAPE_MISMATCH, "dy: shape (6, 7), expected x's leading dims and 6",      \
+      clattn_linear_backward(CTX, &A, &Wlin, &C, &C, NULL, NULL))                              \
+    X(linear_bwd_dx, SHAPE_MISMATCH, "W: shape (6, 4), expected (out_features, 8)",           \
+      clattn_linear_backward(CTX, &Q, &Wlin, &O, &X8, NULL, NULL))                             \
+    X(attention_bwd_null, INVALID_ARGUMENT, "grads: NULL",                                     \
+      clattn_dot_product_attention_backward(CTX, &Q, &Kk, &V, NULL, NULL, &O, NULL))           \
+    X(attention_bwd_dq, SHAPE_MISMATCH, "grads.dQ: shape (2, 3, 5), expected Q's",             \
+      clattn_dot_product_attention_backward(CTX, &Q, &Kk, &V, NULL, NULL, &O,                  \
+      &(clattn_attention_grads){&Y, NULL, NULL, NULL}))                                        \
+    X(attention_bwd_dout, SHAPE_MISMATCH, "dout", clattn_dot_product_attention_backward(CTX,   \
+      &Q, &Kk, &V, NULL, NULL, &Y, &(clattn_attention_grads){&X8, NULL, NULL, NULL}))          \
+    X(mha_bwd_dq, SHAPE_MISMATCH, "grads.dqueries: shape (2, 3, 5), expected the shape of "   \
+      "queries",                                                                               \
+      clattn_multihead_attention_backward(CTX, &Q, &Kk, &V, &mw, NULL, &O,                     \
+      &(clattn_mha_grads){&Y, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,      \
+      NULL}))                                                                                  \
+    X(additive_bwd_dv, SHAPE_MISMATCH, "grads.dvalues: shape (2, 3, 5), expected the shape "  \
+      "of values",                                                                             \
+      clattn_additive_attention_backward(CTX, &Q, &Kk, &V, &aw, NULL, &O,                      \
+      &(clattn_additive_grads){NULL, NULL, &Y, NULL, NULL, NULL}))                             \
+    X(loss_labels, SHAPE_MISMATCH, "labels: shape (2, 2), expected (B, T) of logits",          \
+      clattn_masked_softmax_ce_loss(CTX, &Q, &mask_i, NULL, &Y, NULL))                         \
+    X(loss_bwd_dlogits, SHAPE_MISMATCH, "labels", clattn_masked_softmax_ce_loss_backward(CTX, \
+      &Q, &mask_i, NULL, NULL, &Y, &X8))                                                       \
+    X(axpy_shape, SHAPE_MISMATCH, "y: shape (6, 7), expected x's shape (2, 3, 5)",             \
+      clattn_axpy(CTX, 1, &S, &C))                                                             \
     X(merge_out_float16, INVALID_TENSOR, "out: dtype float16, expected float32",               \
       clattn_attention_merge(CTX, 2, mparts, mlses, &h16, &lse_y))
 
