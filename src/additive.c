@@ -222,22 +222,6 @@ fail:
     return st;
 }
 
-/* A gradient (or NULL): float32, of its input's shape. */
-static clattn_status check_grad(clattn_context *ctx, const clattn_tensor *d, const char *name,
-                                const clattn_tensor *x, const char *xname)
-{
-    clattn_status st = CLATTN_SUCCESS;
-    char s1[96], s2[96];
-    if (!d)
-        return CLATTN_SUCCESS;
-    CHECK_ST(clattn__check_tensor(ctx, d, name, CLATTN_FLOAT32, 1, 4));
-    CHECK(ctx, d->ndim == x->ndim && memcmp(d->dims, x->dims, sizeof(size_t) * x->ndim) == 0,
-          CLATTN_ERROR_SHAPE_MISMATCH, "%s: shape %s, expected the shape of %s, %s", name,
-          clattn__shape_str(d, s1, sizeof s1), xname, clattn__shape_str(x, s2, sizeof s2));
-fail:
-    return st;
-}
-
 clattn_status clattn_additive_attention_backward(clattn_context *ctx,
                                                  const clattn_tensor *queries,
                                                  const clattn_tensor *keys,
@@ -275,7 +259,7 @@ clattn_status clattn_additive_attention_backward(clattn_context *ctx,
                                 {g->dvalues, "grads.dvalues"}, {g->dW_q, "grads.dW_q"},
                                 {g->dW_k, "grads.dW_k"}, {g->dw_v, "grads.dw_v"}};
     for (int i = 0; i < 6; i++) /* outs[i] is the gradient of ins[i] */
-        CHECK_ST(check_grad(ctx, outs[i].t, outs[i].name, ins[i].t, ins[i].name));
+        CHECK_ST(clattn__check_grad(ctx, outs[i].t, outs[i].name, ins[i].t, ins[i].name));
     CHECK_ST(clattn__check_no_overlap(ctx, outs, 6, ins, ADD_NINS + 1));
     size_t sdims[3] = {B, nq, nk};
     const clattn_dropout_params *drop;

@@ -287,24 +287,6 @@ fail:
     return st;
 }
 
-/* A gradient (or NULL): float32, of its input's shape. */
-static clattn_status check_grad(clattn_context *ctx, const clattn_tensor *d, const char *name,
-                                const clattn_tensor *x, const char *xname)
-{
-    clattn_status st = CLATTN_SUCCESS;
-    char s1[96], s2[96];
-    if (!d)
-        return CLATTN_SUCCESS;
-    CHECK(ctx, x, CLATTN_ERROR_INVALID_ARGUMENT, "%s: given, but the forward had no %s", name,
-          xname);
-    CHECK_ST(clattn__check_tensor(ctx, d, name, CLATTN_FLOAT32, 1, 4));
-    CHECK(ctx, d->ndim == x->ndim && memcmp(d->dims, x->dims, sizeof(size_t) * x->ndim) == 0,
-          CLATTN_ERROR_SHAPE_MISMATCH, "%s: shape %s, expected %s's shape %s", name,
-          clattn__shape_str(d, s1, sizeof s1), xname, clattn__shape_str(x, s2, sizeof s2));
-fail:
-    return st;
-}
-
 clattn_status clattn_dot_product_attention_backward(clattn_context *ctx, const clattn_tensor *Q,
                                                     const clattn_tensor *K,
                                                     const clattn_tensor *V,
@@ -327,10 +309,11 @@ clattn_status clattn_dot_product_attention_backward(clattn_context *ctx, const c
     const char *f32n[5] = {"Q", "K", "V", "dout", "out"};
     for (int i = 0; i < 5 && f32[i]; i++)
         CHECK_ST(clattn__check_tensor(ctx, f32[i], f32n[i], CLATTN_FLOAT32, 2, 4));
-    CHECK_ST(check_grad(ctx, g->dQ, "grads.dQ", Q, "Q"));
-    CHECK_ST(check_grad(ctx, g->dK, "grads.dK", K, "K"));
-    CHECK_ST(check_grad(ctx, g->dV, "grads.dV", V, "V"));
-    CHECK_ST(check_grad(ctx, g->dbias, "grads.dbias", opts ? opts->bias : NULL, "opts.bias"));
+    CHECK_ST(clattn__check_grad(ctx, g->dQ, "grads.dQ", Q, "Q"));
+    CHECK_ST(clattn__check_grad(ctx, g->dK, "grads.dK", K, "K"));
+    CHECK_ST(clattn__check_grad(ctx, g->dV, "grads.dV", V, "V"));
+    CHECK_ST(clattn__check_grad(ctx, g->dbias, "grads.dbias", opts ? opts->bias : NULL,
+                                "opts.bias"));
     float scale;
     CHECK_ST(clattn__resolve_scale(ctx, opts, Q->dims[Q->ndim - 1], &scale));
     size_t sdims[4];

@@ -161,6 +161,10 @@ typedef struct {
     const clattn_tensor *t;
     const char *name;
 } clattn_arg;
+/* A backward's gradient d of input x (both named in messages): NULL (not asked for), or float32
+ * of x's shape; given while x is NULL (a bias the forward did not have) is an error. */
+clattn_status clattn__check_grad(clattn_context *ctx, const clattn_tensor *d, const char *name,
+                                 const clattn_tensor *x, const char *xname);
 /* 1 when buf's memory starts on 64 bytes (kernels may then read rows through vector pointers). */
 int clattn__aligned64(const clattn_context *ctx, cl_mem buf);
 /* Fails naming both when an output overlaps an input or another output. All checked views. */

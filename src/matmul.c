@@ -398,22 +398,6 @@ fail:
     return st;
 }
 
-/* A float32 gradient dX of X's shape, or NULL. */
-static clattn_status check_grad(clattn_context *ctx, const clattn_tensor *dX, const char *name,
-                                const clattn_tensor *X, const char *xname)
-{
-    clattn_status st = CLATTN_SUCCESS;
-    char s1[96], s2[96];
-    if (!dX)
-        return CLATTN_SUCCESS;
-    CHECK_ST(clattn__check_tensor(ctx, dX, name, CLATTN_FLOAT32, 1, 4));
-    CHECK(ctx, dX->ndim == X->ndim && memcmp(dX->dims, X->dims, sizeof(size_t) * X->ndim) == 0,
-          CLATTN_ERROR_SHAPE_MISMATCH, "%s: shape %s, expected %s's shape %s", name,
-          clattn__shape_str(dX, s1, sizeof s1), xname, clattn__shape_str(X, s2, sizeof s2));
-fail:
-    return st;
-}
-
 clattn_status clattn_matmul_backward(clattn_context *ctx, const clattn_tensor *A, int trans_a,
                                      const clattn_tensor *B, int trans_b, float alpha,
                                      const clattn_tensor *dC, const clattn_tensor *dA,
@@ -426,8 +410,8 @@ clattn_status clattn_matmul_backward(clattn_context *ctx, const clattn_tensor *A
     CHECK_ST(clattn__check_tensor(ctx, B, "B", CLATTN_FLOAT32, 2, 4));
     CHECK_ST(clattn__check_tensor(ctx, dC, "dC", CLATTN_FLOAT32, 2, 4));
     CHECK_ST(check_matmul(ctx, A, trans_a, B, trans_b, dC, "dC"));
-    CHECK_ST(check_grad(ctx, dA, "dA", A, "A"));
-    CHECK_ST(check_grad(ctx, dB, "dB", B, "B"));
+    CHECK_ST(clattn__check_grad(ctx, dA, "dA", A, "A"));
+    CHECK_ST(clattn__check_grad(ctx, dB, "dB", B, "B"));
     const clattn_arg outs[2] = {{dA, "dA"}, {dB, "dB"}};
     const clattn_arg ins[3] = {{A, "A"}, {B, "B"}, {dC, "dC"}};
     CHECK_ST(clattn__check_no_overlap(ctx, outs, 2, ins, 3));
@@ -494,8 +478,8 @@ clattn_status clattn_linear_backward(clattn_context *ctx, const clattn_tensor *x
                    memcmp(dy->dims, x->dims, sizeof(size_t) * (x->ndim - 1)) == 0,
           CLATTN_ERROR_SHAPE_MISMATCH, "dy: shape %s, expected x's leading dims and %zu features",
           clattn__shape_str(dy, s1, sizeof s1), out);
-    CHECK_ST(check_grad(ctx, dx, "dx", x, "x"));
-    CHECK_ST(check_grad(ctx, dW, "dW", W, "W"));
+    CHECK_ST(clattn__check_grad(ctx, dx, "dx", x, "x"));
+    CHECK_ST(clattn__check_grad(ctx, dW, "dW", W, "W"));
     if (db) {
         CHECK_ST(clattn__check_tensor(ctx, db, "db", CLATTN_FLOAT32, 1, 1));
         CHECK(ctx, db->dims[0] == out, CLATTN_ERROR_SHAPE_MISMATCH,

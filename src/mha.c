@@ -233,20 +233,8 @@ static clattn_status check_mha_grads(clattn_context *ctx, const clattn_tensor *c
                                      const clattn_arg *d, const char *const *xn)
 {
     clattn_status st = CLATTN_SUCCESS;
-    char s1[96], s2[96];
-    for (int i = 0; i < MHA_NGRADS; i++) {
-        if (!d[i].t)
-            continue;
-        CHECK(ctx, x[i], CLATTN_ERROR_INVALID_ARGUMENT, "%s: given, but there is no %s",
-              d[i].name, xn[i]);
-        CHECK_ST(clattn__check_tensor(ctx, d[i].t, d[i].name, CLATTN_FLOAT32, 1, 4));
-        CHECK(ctx, d[i].t->ndim == x[i]->ndim &&
-                       memcmp(d[i].t->dims, x[i]->dims, sizeof(size_t) * x[i]->ndim) == 0,
-              CLATTN_ERROR_SHAPE_MISMATCH, "%s: shape %s, expected the shape of %s, %s",
-              d[i].name,
-              clattn__shape_str(d[i].t, s1, sizeof s1), xn[i],
-              clattn__shape_str(x[i], s2, sizeof s2));
-    }
+    for (int i = 0; i < MHA_NGRADS; i++)
+        CHECK_ST(clattn__check_grad(ctx, d[i].t, d[i].name, x[i], xn[i]));
 fail:
     return st;
 }

@@ -275,3 +275,19 @@ int clattn__aligned64(const clattn_context *ctx, cl_mem buf)
                (uintptr_t)host % 64 == 0;
     return ctx->base_align >= 64;
 }
+
+clattn_status clattn__check_grad(clattn_context *ctx, const clattn_tensor *d, const char *name,
+                                 const clattn_tensor *x, const char *xname)
+{
+    clattn_status st = CLATTN_SUCCESS;
+    char s1[96], s2[96];
+    if (!d)
+        return CLATTN_SUCCESS;
+    CHECK(ctx, x, CLATTN_ERROR_INVALID_ARGUMENT, "%s: given, but there is no %s", name, xname);
+    CHECK_ST(clattn__check_tensor(ctx, d, name, CLATTN_FLOAT32, 1, 4));
+    CHECK(ctx, d->ndim == x->ndim && memcmp(d->dims, x->dims, sizeof(size_t) * x->ndim) == 0,
+          CLATTN_ERROR_SHAPE_MISMATCH, "%s: shape %s, expected the shape of %s, %s", name,
+          clattn__shape_str(d, s1, sizeof s1), xname, clattn__shape_str(x, s2, sizeof s2));
+fail:
+    return st;
+}

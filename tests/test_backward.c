@@ -225,7 +225,8 @@ static double mmb_loss(const double *x, void *arg)
     const mmb_case *c = a->c;
     const double *A = a->wrt_b ? a->other : x, *B = a->wrt_b ? x : a->other;
     int nb = c->nb ? c->nb : 1;
-    size_t abs_ = c->a_shared ? 0 : (size_t)c->M * c->K, bbs = c->b_shared ? 0 : (size_t)c->K * c->N;
+    size_t abs_ = c->a_shared ? 0 : (size_t)c->M * c->K;
+    size_t bbs = c->b_shared ? 0 : (size_t)c->K * c->N;
     double s = 0;
     for (int b = 0; b < nb; b++)
         for (int i = 0; i < c->M; i++)
@@ -282,14 +283,16 @@ static void run_mmb(const mmb_case *c)
 {
     int nb = c->nb ? c->nb : 1;
     size_t na = (size_t)(c->a_shared || !c->nb ? 1 : nb) * c->M * c->K;
-    size_t nbb = (size_t)(c->b_shared || !c->nb ? 1 : nb) * c->K * c->N, nc = (size_t)nb * c->M * c->N;
+    size_t nbb = (size_t)(c->b_shared || !c->nb ? 1 : nb) * c->K * c->N;
+    size_t nc = (size_t)nb * c->M * c->N;
     float *A = malloc(na * 4), *B = malloc(nbb * 4), *dC = malloc(nc * 4);
     h_fill(A, na, -1, 1);
     h_fill(B, nbb, -1, 1);
     h_fill(dC, nc, -1, 1);
     int ar = c->ta ? c->K : c->M, ac = c->ta ? c->M : c->K;
     int br = c->tb ? c->N : c->K, bc = c->tb ? c->K : c->N;
-    clattn_tensor tA = operand(c->nb, c->a_shared, ar, ac, A), tB = operand(c->nb, c->b_shared, br, bc, B);
+    clattn_tensor tA = operand(c->nb, c->a_shared, ar, ac, A);
+    clattn_tensor tB = operand(c->nb, c->b_shared, br, bc, B);
     clattn_tensor tdC = operand(c->nb, 0, c->M, c->N, dC);
     clattn_tensor tdA = operand(c->nb, c->a_shared, ar, ac, NULL);
     clattn_tensor tdB = operand(c->nb, c->b_shared, br, bc, NULL);
@@ -462,7 +465,8 @@ static double atb_loss(const double *unused, void *arg)
     const atb_case *c = a->c;
     int nbq = c->B * (c->rank == 4 ? c->H : 1);
     size_t nw = (size_t)nbq * c->nq * c->nk, no = (size_t)nbq * c->nq * c->dv;
-    double *kx = malloc((size_t)nbq * c->nk * c->d * 8), *vx = malloc((size_t)nbq * c->nk * c->dv * 8);
+    double *kx = malloc((size_t)nbq * c->nk * c->d * 8);
+    double *vx = malloc((size_t)nbq * c->nk * c->dv * 8);
     double *w = malloc(nw * 8), *o = malloc(no * 8), s = 0;
     expand_kv(a, kx, vx);
     ref_attention(&a->hm->r, c->d, c->dv, a->q, kx, vx, a->scale, &a->drop, w, o);
@@ -481,7 +485,8 @@ static void atb_fd(atb_in *a, double *x, size_t n, double *g)
     finite_diff(x, n, atb_loss, a, g);
 }
 
-static void check_atb(const clattn_tensor *t, const double *ref, double *sc, size_t n, double fd_noise,
+static void check_atb(const clattn_tensor *t, const double *ref, double *sc, size_t n,
+                      double fd_noise,
                       const double *fd, const char *what, const char *grad)
 {
     char w[300];
@@ -609,7 +614,8 @@ static void run_atb(const atb_case *c)
             atb_fd(&a, hm.bias, nbias, gb);
     }
     char what[240];
-    snprintf(what, sizeof what, "attention backward rank %d B %d H %d/%d Q %d K %d d %d dv %d lens %d "
+    snprintf(what, sizeof what, "attention backward rank %d B %d H %d/%d Q %d K %d d %d dv %d "
+             "lens %d "
              "mask %d causal %d align %d window %d bias %d alibi %d p %g", c->rank, c->B, H, Hkv,
              c->nq, c->nk, c->d, c->dv, c->mask.lens, c->mask.mask_rank, c->mask.causal,
              c->mask.align, c->mask.window, c->mask.bias_rank, c->mask.alibi_rank, (double)c->p);
@@ -675,9 +681,11 @@ static void test_attention_backward(void **s)
               {4, 2, 3, 3, 3, 4, 2, 3, {.bias_rank = 4, .bias_dims = {1, 3, 1, 4}, .causal = 1}},
               {4, 2, 2, 2, 3, 4, 3, 2, {.alibi_rank = 1, .alibi_dims = {2}, .lens = H_LENS_1D}},
               /* dropout through the forward's Philox stream */
-              {3, 2, 0, 0, 4, 6, 3, 3, {0}, 0, 0.3f}, {4, 2, 2, 1, 3, 5, 2, 3, {.causal = 1}, 0, 0.5f},
+              {3, 2, 0, 0, 4, 6, 3, 3, {0}, 0, 0.3f},
+              {4, 2, 2, 1, 3, 5, 2, 3, {.causal = 1}, 0, 0.5f},
               /* large logits, some gradients only, the forward's out and LSE passed along */
-              {3, 2, 0, 0, 4, 9, 8, 3, {.lens = H_LENS_1D}, 30}, {3, 2, 0, 0, 4, 5, 3, 3, {0}, 0, 0, 4},
+              {3, 2, 0, 0, 4, 9, 8, 3, {.lens = H_LENS_1D}, 30},
+              {3, 2, 0, 0, 4, 5, 3, 3, {0}, 0, 0, 4},
               {3, 2, 0, 0, 4, 5, 3, 3, {0}, 0, 0, 3}, {4, 2, 2, 2, 4, 5, 3, 3, {0}, 0, 0, 0, 1});
     if (!h_small()) /* larger: the analytic reference only */
         ATB_CASES({4, 2, 4, 2, 33, 47, 16, 24, {.lens = H_LENS_2D, .causal = 1, .align = 1}},
@@ -744,7 +752,8 @@ static void mhb_forward(const mhb_in *a, double *out, double **qh, double **kh, 
     double *Qh = to_heads(qp, B, c->nq, c->H, c->H, c->dh);
     double *Kh = to_heads(kp, B, c->nk, c->Hkv, c->H, c->dh);
     double *Vh = to_heads(vp, B, c->nk, c->Hkv, c->H, c->dh);
-    double *w = malloc((size_t)B * c->H * c->nq * c->nk * 8), *oh = malloc((size_t)B * c->nq * hid * 8);
+    double *w = malloc((size_t)B * c->H * c->nq * c->nk * 8);
+    double *oh = malloc((size_t)B * c->nq * hid * 8);
     double *ct = malloc((size_t)B * c->nq * hid * 8);
     ref_dropout_params dp = {c->p, 99, 3};
     ref_attention(&a->hm->r, c->dh, c->dh, Qh, Kh, Vh, 1 / sqrt((double)c->dh), &dp, w, oh);
@@ -799,7 +808,8 @@ static void run_mhb(const mhb_case *c)
                              {c->os, 0, 0}};
     size_t total = 0;
     for (int i = 0; i < P_N; i++) {
-        a.n[i] = shapes[i][0] * (shapes[i][1] ? shapes[i][1] : 1) * (shapes[i][2] ? shapes[i][2] : 1);
+        a.n[i] = shapes[i][0] * (shapes[i][1] ? shapes[i][1] : 1) *
+                 (shapes[i][2] ? shapes[i][2] : 1);
         if (i >= P_BQ && !c->bias)
             a.n[i] = 0;
         a.at[i] = total;
@@ -924,7 +934,8 @@ static void adb_forward(const adb_in *a, double *out)
     const adb_case *c = a->c;
     const double *x = a->x, *wv = x + a->at[A_WV];
     size_t ns = (size_t)c->B * c->nq * c->nk;
-    double *qp = malloc((size_t)c->B * c->nq * c->h * 8), *kp = malloc((size_t)c->B * c->nk * c->h * 8);
+    double *qp = malloc((size_t)c->B * c->nq * c->h * 8);
+    double *kp = malloc((size_t)c->B * c->nk * c->h * 8);
     double *sc = malloc(ns * 8), *w = malloc(ns * 8);
     lin_d((size_t)c->B * c->nq, c->qs, c->h, x + a->at[A_Q], x + a->at[A_WQ], NULL, qp);
     lin_d((size_t)c->B * c->nk, c->ks, c->h, x + a->at[A_K], x + a->at[A_WK], NULL, kp);
@@ -973,7 +984,8 @@ static void run_adb(const adb_case *c)
                              {c->wv2d ? 1 : c->h, c->wv2d ? c->h : 0, 0}};
     size_t total = 0;
     for (int i = 0; i < A_N; i++) {
-        a.n[i] = shapes[i][0] * (shapes[i][1] ? shapes[i][1] : 1) * (shapes[i][2] ? shapes[i][2] : 1);
+        a.n[i] = shapes[i][0] * (shapes[i][1] ? shapes[i][1] : 1) *
+                 (shapes[i][2] ? shapes[i][2] : 1);
         a.at[i] = total;
         total += a.n[i];
     }
@@ -1154,7 +1166,8 @@ static void test_bad_input(void **s)
     h_assert_error(clattn_matmul_backward(h_ctx, &A, 0, &B, 0, 1, &dy, &dx, &dB),
                    CLATTN_ERROR_SHAPE_MISMATCH, "dC: shape (3, 4), expected (..., 3, 5)");
     h_assert_error(clattn_matmul_backward(h_ctx, &A, 0, &B, 0, 1, &dy5, &dy5, &dB),
-                   CLATTN_ERROR_SHAPE_MISMATCH, "dA: shape (3, 5), expected A's shape (3, 4)");
+                   CLATTN_ERROR_SHAPE_MISMATCH,
+                   "dA: shape (3, 5), expected the shape of A, (3, 4)");
     h_assert_error(clattn_matmul_backward(h_ctx, &A, 0, &B, 0, 1, &dy5, &dx, &A),
                    CLATTN_ERROR_SHAPE_MISMATCH, "dB");
     h_assert_error(clattn_matmul_backward(h_ctx, &A, 0, &B, 0, 1, &dy5, &dx, &dx),
@@ -1172,7 +1185,8 @@ static void test_bad_input(void **s)
     h_assert_error(clattn_linear_backward(h_ctx, &A, &W, &dy5, &dx, NULL, &db),
                    CLATTN_ERROR_SHAPE_MISMATCH, "db: 4 elements, expected out_features = 5");
     h_assert_error(clattn_linear_backward(h_ctx, &A, &W, &dy5, &dx, &dB, NULL),
-                   CLATTN_ERROR_SHAPE_MISMATCH, "dW: shape (4, 5), expected W's shape (5, 4)");
+                   CLATTN_ERROR_SHAPE_MISMATCH,
+                   "dW: shape (4, 5), expected the shape of W, (5, 4)");
     h_assert_error(clattn_linear_backward(h_ctx, &A, &W, &dy5, &dy5, NULL, NULL),
                    CLATTN_ERROR_SHAPE_MISMATCH, "dx");
     h_assert_bytes(&dx, o, "dx of a refused linear backward");
@@ -1206,12 +1220,13 @@ static void test_bad_input(void **s)
     /* dot-product: Q = K = V = X (1, 3, 4) */
     clattn_attention_grads ag = {&dX5, NULL, NULL, NULL};
     h_assert_error(clattn_dot_product_attention_backward(h_ctx, &X, &X, &X, NULL, NULL, &X, &ag),
-                   CLATTN_ERROR_SHAPE_MISMATCH, "grads.dQ: shape (1, 3, 5), expected Q's");
+                   CLATTN_ERROR_SHAPE_MISMATCH,
+                   "grads.dQ: shape (1, 3, 5), expected the shape of Q");
     ag.dQ = NULL;
     ag.dbias = &dX;
     h_assert_error(clattn_dot_product_attention_backward(h_ctx, &X, &X, &X, NULL, NULL, &X, &ag),
-                   CLATTN_ERROR_INVALID_ARGUMENT, "grads.dbias: given, but the forward had no "
-                   "opts.bias");
+                   CLATTN_ERROR_INVALID_ARGUMENT,
+                   "grads.dbias: given, but there is no opts.bias");
     ag.dbias = NULL;
     ag.dK = &dX;
     h_assert_error(clattn_dot_product_attention_backward(h_ctx, &X, &X, &X, NULL, NULL, &dX5, &ag),

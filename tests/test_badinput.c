@@ -870,7 +870,7 @@ static clattn_status wrap_with(cl_context c, cl_device_id d, cl_command_queue q)
       NULL, &Y))                                                                               \
     X(dropout_bwd_p, INVALID_ARGUMENT, "p.p = 1.5", clattn_dropout_backward(CTX, &S,           \
       &(clattn_dropout_params){1.5f, 1, 0, 0}, &Y))                                            \
-    X(matmul_bwd_da, SHAPE_MISMATCH, "dA: shape (6, 7), expected A's shape (6, 4)",            \
+    X(matmul_bwd_da, SHAPE_MISMATCH, "dA: shape (6, 7), expected the shape of A, (6, 4)",     \
       clattn_matmul_backward(CTX, &A, 0, &B, 0, 1, &C, &C, NULL))                              \
     X(matmul_bwd_dc, SHAPE_MISMATCH, "dC: shape (2, 3, 5)", clattn_matmul_backward(CTX, &A, 0, \
       &B, 0, 1, &Y, NULL, &C))                                                                 \
@@ -880,7 +880,7 @@ static clattn_status wrap_with(cl_context c, cl_device_id d, cl_command_queue q)
       clattn_linear_backward(CTX, &Q, &Wlin, &O, &X8, NULL, NULL))                             \
     X(attention_bwd_null, INVALID_ARGUMENT, "grads: NULL",                                     \
       clattn_dot_product_attention_backward(CTX, &Q, &Kk, &V, NULL, NULL, &O, NULL))           \
-    X(attention_bwd_dq, SHAPE_MISMATCH, "grads.dQ: shape (2, 3, 5), expected Q's",             \
+    X(attention_bwd_dq, SHAPE_MISMATCH, "grads.dQ: shape (2, 3, 5), expected the shape of Q",  \
       clattn_dot_product_attention_backward(CTX, &Q, &Kk, &V, NULL, NULL, &O,                  \
       &(clattn_attention_grads){&Y, NULL, NULL, NULL}))                                        \
     X(attention_bwd_dout, SHAPE_MISMATCH, "dout", clattn_dot_product_attention_backward(CTX,   \
