@@ -466,11 +466,13 @@ typedef struct {
  * forward's Q, K, V and opts (its mask, bias, ALiBi slopes, scale and dropout: the same p, seed
  * and offset draw the forward's mask) and dout, the gradient of out (.., Q, dv). out: the
  * forward's output, or NULL; opts.lse: the forward's log-sum-exps (read, not written), or NULL.
- * Both are checked; the backward chain computes the probabilities again from Q and K (a
- * fused backward that recomputes them from the LSE, never holding the scores, is the next step
- * of issue 13). Grouped-query attention: dK and dV (B, Hkv, .) sum over the query heads sharing
- * each K/V head. Masked keys get no gradient (as masked_fill's); a row whose every key is blocked
- * with a finite fill gets uniform weights and hence gradients in dV only. */
+ * With both (as the forward wrote them) and no dbias, the fused backward runs where the backward
+ * variant is fused (CPU devices; README): the probabilities recomputed per tile from the LSE,
+ * never a score-sized buffer. Otherwise the unfused chain computes the probabilities again from
+ * Q and K, in two score-sized scratch buffers. Grouped-query attention: dK and dV (B, Hkv, .) sum
+ * over the query heads sharing each K/V head. Masked keys get no gradient (as masked_fill's); a
+ * row whose every key is blocked with a finite fill gets uniform weights and hence gradients in
+ * dV only. */
 CLATTN_API clattn_status clattn_dot_product_attention_backward(clattn_context *ctx,
                                                                const clattn_tensor *Q,
                                                                const clattn_tensor *K,
@@ -493,8 +495,9 @@ typedef struct {
 /* The gradients of clattn_multihead_attention from its inputs, weights (num_kv_heads too) and
  * opts (the mask, bias and dropout: the same p, seed and offset redraw the forward's mask), and
  * dout (B, Q, out_size). The forward's projections and attention output are computed again
- * (three projections and a fused attention, in the context's scratch), then W_o, the attention
- * (clattn_dot_product_attention_backward's chain) and the projections go backward. float32. */
+ * (three projections and a fused attention that keeps its LSE, in the context's scratch), then
+ * W_o, the attention (clattn_dot_product_attention_backward with that out and LSE) and the
+ * projections go backward. float32. */
 CLATTN_API clattn_status clattn_multihead_attention_backward(clattn_context *ctx,
                                                              const clattn_tensor *queries,
                                                              const clattn_tensor *keys,

@@ -243,12 +243,11 @@ fail:
  * broadcast dims; dQ = scale dS K, dK = scale dS^T Q. Grouped query heads are one batch of
  * G * nq rows per K/V head, as in the forward, so dK and dV sum over a K/V head's query heads
  * inside their GEMMs. */
-clattn_status clattn__attention_backward(clattn_context *ctx, const clattn_tensor *Q,
-                                         const clattn_tensor *K, const clattn_tensor *V,
-                                         const clattn_mask_args *m,
-                                         const clattn_dropout_params *dropout, float scale,
-                                         const clattn_tensor *dout,
-                                         const clattn_attention_grads *g)
+static clattn_status chain_backward(clattn_context *ctx, const clattn_tensor *Q,
+                                    const clattn_tensor *K, const clattn_tensor *V,
+                                    const clattn_mask_args *m,
+                                    const clattn_dropout_params *dropout, float scale,
+                                    const clattn_tensor *dout, const clattn_attention_grads *g)
 {
     clattn_status st = CLATTN_SUCCESS;
     clattn_tuning tune;
@@ -283,6 +282,41 @@ clattn_status clattn__attention_backward(clattn_context *ctx, const clattn_tenso
     }
     if (g->dK)
         CHECK_ST(clattn__enqueue_matmul(ctx, &Xg, 1, &Qg, 0, scale, 0.0f, NULL, g->dK));
+fail:
+    return st;
+}
+
+clattn_status clattn__attention_backward(clattn_context *ctx, const clattn_tensor *Q,
+                                         const clattn_tensor *K, const clattn_tensor *V,
+                                         const clattn_mask_args *m,
+                                         const clattn_dropout_params *dropout, float scale,
+                                         const clattn_tensor *out, const clattn_tensor *lse,
+                                         const clattn_tensor *dout,
+                                         const clattn_attention_grads *g)
+{
+    clattn_status st = CLATTN_SUCCESS;
+    clattn_tuning tune;
+    size_t d = Q->dims[Q->ndim - 1], dv = V->dims[V->ndim - 1];
+    int G = Q->ndim == 4 ? (int)(Q->dims[1] / K->dims[1]) : 1;
+    CHECK_ST(clattn__tune(ctx, "backward", &tune));
+    if (!out || !lse || g->dbias || !clattn__flash_backward_supports(&tune, d, dv))
+        return chain_backward(ctx, Q, K, V, m, dropout, scale, dout, g);
+    clattn_flash_bwd_ops o;
+    memset(&o, 0, sizeof o);
+    o.Q = clattn__flash_operand(Q, m->D1);
+    o.K = clattn__flash_operand(K, m->D1 / G);
+    o.V = clattn__flash_operand(V, m->D1 / G);
+    o.out = clattn__flash_operand(out, m->D1);
+    o.dout = clattn__flash_operand(dout, m->D1);
+    if (g->dQ)
+        o.dQ = clattn__flash_operand(g->dQ, m->D1);
+    if (g->dK)
+        o.dK = clattn__flash_operand(g->dK, m->D1 / G);
+    if (g->dV)
+        o.dV = clattn__flash_operand(g->dV, m->D1 / G);
+    clattn__flash_lse(lse, &o.lse);
+    CHECK_ST(clattn__enqueue_flash_backward(ctx, &tune, &o, G, (int)d, (int)dv, m, dropout,
+                                            scale));
 fail:
     return st;
 }
@@ -324,7 +358,7 @@ clattn_status clattn_dot_product_attention_backward(clattn_context *ctx, const c
     const clattn_arg ins[5] = {{Q, "Q"}, {K, "K"}, {V, "V"}, {out, "out"}, {dout, "dout"}};
     CHECK_ST(clattn__check_no_overlap(ctx, outs, 4, ins, 5));
     CHECK_ST(clattn__resolve_opts(ctx, opts, Q->ndim, sdims, ins, 5, outs, 4, &m, &drop, &lse));
-    CHECK_ST(clattn__attention_backward(ctx, Q, K, V, &m, drop, scale, dout, g));
+    CHECK_ST(clattn__attention_backward(ctx, Q, K, V, &m, drop, scale, out, lse, dout, g));
 fail:
     clattn__mask_release(&m);
     return st;

@@ -44,6 +44,28 @@ typedef struct {
 } clattn_flash_lse;
 /* The LSE of a contiguous (.., nq) tensor, or NULL for none. */
 const clattn_flash_lse *clattn__flash_lse(const clattn_tensor *lse, clattn_flash_lse *out);
+/* Everything both variants take after the tensors, in kernel argument order. */
+typedef struct {
+    int nq, nk, d, dv;
+    cl_int G;  /* query heads per K/V head */
+    int D1kv;  /* the K/V operands' batches are (D0, D1kv), D1kv = D1 / G */
+    size_t nbkv; /* D0 * D1kv */
+    float scale;
+    cl_int drop;
+    cl_uint2 seed, offset;
+    cl_uint threshold;
+    float dscale;
+    cl_mem lse; /* NULL, or the rows' log-sum-exps: row r of batch bb at lse_off + bb s0 + r s1 */
+    int lse_off;
+    cl_int2 lse_s; /* (s0, s1) */
+} clattn_flash_args;
+
+clattn_flash_args clattn__flash_args(const clattn_mask_args *m, int G, int d, int dv, float scale,
+                                     const clattn_dropout_params *p, const clattn_flash_lse *lse);
+/* Sets the fused kernels' mask and dropout arguments (FLASH_MASK_PARAMS, FLASH_DROP_PARAMS) from
+ * index `first` on. */
+clattn_status clattn__flash_set_tail(clattn_context *ctx, cl_kernel k, cl_uint first,
+                                     const clattn_mask_args *m, const clattn_flash_args *a);
 /* out = attention of Q (nq, d), K (nk, d), V (nk, dv) per batch; nq, nk and the batches are m's:
  * Q and out have m's (D0, D1) batches, K and V (D0, D1 / G), G query heads sharing each of their
  * heads (grouped-query attention; G = 1 is plain); lse NULL or where each row's LSE goes. */
@@ -53,6 +75,19 @@ clattn_status clattn__enqueue_flash(clattn_context *ctx, const clattn_tuning *tu
                                     int G, int d, int dv, const clattn_mask_args *m,
                                     const clattn_dropout_params *dropout, float scale,
                                     const clattn_flash_lse *lse);
+
+/* flash_backward.c: the fused backward (backward=cpu) for head sizes up to 256. */
+int clattn__flash_backward_supports(const clattn_tuning *tune, size_t d, size_t dv);
+/* Its operands, float32: the forward's Q, K, V, out and lse, dout, and the gradients (dQ, dK, dV
+ * each with a NULL buf when not asked for), batches and layouts as clattn__enqueue_flash's. */
+typedef struct {
+    clattn_flash_operand Q, K, V, out, dout, dQ, dK, dV;
+    clattn_flash_lse lse;
+} clattn_flash_bwd_ops;
+clattn_status clattn__enqueue_flash_backward(clattn_context *ctx, const clattn_tuning *tune,
+                                             const clattn_flash_bwd_ops *o, int G, int d, int dv,
+                                             const clattn_mask_args *m,
+                                             const clattn_dropout_params *dropout, float scale);
 
 /* heads.c: (B, T, H, dh) <-> (B, H, T, dh) between two buffers. */
 clattn_status clattn__enqueue_heads(clattn_context *ctx, cl_mem src, size_t s_off, cl_mem dst,
@@ -71,12 +106,15 @@ clattn_status clattn__attention_core(clattn_context *ctx, const clattn_tensor *Q
                                      const clattn_tensor *out, const clattn_tensor *weights,
                                      const clattn_tensor *lse);
 /* attention.c: the gradients of clattn__attention_core's out (no weights) with respect to Q, K,
- * V and the bias (each of g NULL or contiguous float32 of its input's shape) from dout, by the
- * unfused chain (the ATTN scratch slot: two score-sized buffers). */
+ * V and the bias (each of g NULL or contiguous float32 of its input's shape) from dout (the ATTN
+ * scratch slot). The fused backward when the backward variant is fused, out and lse (contiguous
+ * (.., Q)) are the forward's and no dbias is asked for; else the unfused chain (two score-sized
+ * buffers). */
 clattn_status clattn__attention_backward(clattn_context *ctx, const clattn_tensor *Q,
                                          const clattn_tensor *K, const clattn_tensor *V,
                                          const clattn_mask_args *m,
                                          const clattn_dropout_params *dropout, float scale,
+                                         const clattn_tensor *out, const clattn_tensor *lse,
                                          const clattn_tensor *dout,
                                          const clattn_attention_grads *g);
 /* queries (B, Q, *), keys (B, K, *), values (B, K, *), out rank 3 (named out_name: "out", or a

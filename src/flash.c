@@ -27,26 +27,10 @@ int clattn__flash_supports(const clattn_tuning *tune, size_t d, size_t dv)
     return strcmp(tune->variant, "unfused") != 0 && d <= FLASH_MAX_DIM && dv <= FLASH_MAX_DIM;
 }
 
-/* Everything both variants take after the tensors, in kernel argument order. */
-typedef struct {
-    int nq, nk, d, dv;
-    cl_int G;  /* query heads per K/V head */
-    int D1kv;  /* the K/V operands' batches are (D0, D1kv), D1kv = D1 / G */
-    size_t nbkv; /* D0 * D1kv */
-    float scale;
-    cl_int drop;
-    cl_uint2 seed, offset;
-    cl_uint threshold;
-    float dscale;
-    cl_mem lse; /* NULL, or the rows' log-sum-exps: row r of batch bb at lse_off + bb s0 + r s1 */
-    int lse_off;
-    cl_int2 lse_s; /* (s0, s1) */
-} flash_args;
-
-static flash_args make_args(const clattn_mask_args *m, int G, int d, int dv, float scale,
-                            const clattn_dropout_params *p, const clattn_flash_lse *lse)
+clattn_flash_args clattn__flash_args(const clattn_mask_args *m, int G, int d, int dv, float scale,
+                                     const clattn_dropout_params *p, const clattn_flash_lse *lse)
 {
-    flash_args a;
+    clattn_flash_args a;
     memset(&a, 0, sizeof a);
     a.nq = m->Q;
     a.nk = m->K;
@@ -72,9 +56,8 @@ static flash_args make_args(const clattn_mask_args *m, int G, int d, int dv, flo
     return a;
 }
 
-/* Sets the mask and dropout arguments from index `first` on. */
-static clattn_status set_tail(clattn_context *ctx, cl_kernel k, cl_uint first,
-                              const clattn_mask_args *m, const flash_args *a)
+clattn_status clattn__flash_set_tail(clattn_context *ctx, cl_kernel k, cl_uint first,
+                                     const clattn_mask_args *m, const clattn_flash_args *a)
 {
     clattn_status st = CLATTN_SUCCESS;
     const void *ptr[] = {&m->D1,   &a->G,       &m->lens,    &m->lens_off, &m->lens_mode,
@@ -154,7 +137,8 @@ static long vtail_loops_per_key(int dv)
  * launch, or under a loop budget key ranges of whole blocks, the suffix sums from the last range
  * down, the prefix sums from the first up. */
 static clattn_status enqueue_vsums(clattn_context *ctx, const char *defines,
-                                   const clattn_flash_operand *V, const flash_args *a, int dv,
+                                   const clattn_flash_operand *V, const clattn_flash_args *a,
+                                   int dv,
                                    int bks, int nblk, int dvp, cl_mem buf, size_t vt_off,
                                    long budget, int head)
 {
@@ -185,7 +169,7 @@ fail:
 static clattn_status enqueue_cpu(clattn_context *ctx, const clattn_tuning *tune,
                                  const clattn_flash_operand *Q, const clattn_flash_operand *K,
                                  const clattn_flash_operand *V, const clattn_mask_args *m,
-                                 const flash_args *a, const clattn_flash_operand *out)
+                                 const clattn_flash_args *a, const clattn_flash_operand *out)
 {
     clattn_status st = CLATTN_SUCCESS;
     cl_kernel kk, kv, kf, kq;
@@ -258,7 +242,7 @@ static clattn_status enqueue_cpu(clattn_context *ctx, const clattn_tuning *tune,
                               ARG(vh_off), ARG(out->buf), ARG(out->l), ARG(a->lse), ARG(a->lse_off),
                               ARG(a->lse_s), ARG(a->nq), ARG(a->nk), ARG(a->d), ARG(a->dv),
                               ARG(nblk), ARG(a->scale), ARGS_END));
-    CHECK_ST(set_tail(ctx, kf, 20, m, a));
+    CHECK_ST(clattn__flash_set_tail(ctx, kf, 20, m, a));
     /* WG items (QG x QR rows each) of one batch per work-group: PoCL runs them one after another
      * on one core, so the batch's K and V panels stay in its L2. An explicit local size also keeps
      * PoCL from choosing thousands of work-items per group, whose private arrays overflow its
@@ -293,7 +277,7 @@ long clattn__flash_gpu_min_loops(const clattn_tuning *t)
 
 /* Keys per flash_gpu launch: all of them, or under a loop budget as many whole tiles as fit. */
 static clattn_status gpu_span(clattn_context *ctx, long budget, int BQ, int BK, int dp, int dvp,
-                              const flash_args *a, int *span)
+                              const clattn_flash_args *a, int *span)
 {
     clattn_status st = CLATTN_SUCCESS;
     long fixed, per_tile;
@@ -310,7 +294,7 @@ fail:
 static clattn_status enqueue_gpu(clattn_context *ctx, const clattn_tuning *tune,
                                  const clattn_flash_operand *Q, const clattn_flash_operand *K,
                                  const clattn_flash_operand *V, const clattn_mask_args *m,
-                                 const flash_args *a, const clattn_flash_operand *out)
+                                 const clattn_flash_args *a, const clattn_flash_operand *out)
 {
     clattn_status st = CLATTN_SUCCESS;
     cl_kernel kf;
@@ -371,7 +355,7 @@ static clattn_status enqueue_gpu(clattn_context *ctx, const clattn_tuning *tune,
                                   ARG(a->lse), ARG(a->lse_off), ARG(a->lse_s), ARG(a->nq),
                                   ARG(a->nk), ARG(a->d), ARG(a->dv), ARG(a->scale), ARG(k_lo),
                                   ARG(k_hi), ARG(part), ARG(part_off), ARGS_END));
-        CHECK_ST(set_tail(ctx, kf, 25, m, a));
+        CHECK_ST(clattn__flash_set_tail(ctx, kf, 25, m, a));
         CHECK_ST(clattn__launch(ctx, kf, 2, gws, lws, "flash_gpu"));
     }
 fail:
@@ -385,7 +369,7 @@ clattn_status clattn__enqueue_flash(clattn_context *ctx, const clattn_tuning *tu
                                     const clattn_dropout_params *dropout, float scale,
                                     const clattn_flash_lse *lse)
 {
-    flash_args a = make_args(m, G, d, dv, scale, dropout, lse);
+    clattn_flash_args a = clattn__flash_args(m, G, d, dv, scale, dropout, lse);
     if (strcmp(tune->variant, "gpu") == 0)
         return enqueue_gpu(ctx, tune, Q, K, V, m, &a, out);
     return enqueue_cpu(ctx, tune, Q, K, V, m, &a, out);

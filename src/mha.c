@@ -242,12 +242,14 @@ fail:
 /* Scratch layout of the backward, in elements: the projections' heads (B, H, T, dh) and
  * (B, Hkv, T, dh), the attention's output heads and their concatenation (B, nq, hid), then the
  * gradients of the concatenation, of the output heads, of the q/k/v heads and of the
- * projections. The projections themselves go to the space of their gradients' heads first. */
+ * projections, and the attention's row log-sum-exps (B, H, nq) for the fused backward. The
+ * projections themselves go to the space of their gradients' heads first. */
 typedef struct {
-    size_t qh, kh, vh, oh, cat, dcat, doh, dqh, dkh, dvh, dqp, dkp, dvp, total;
+    size_t qh, kh, vh, oh, cat, dcat, doh, dqh, dkh, dvh, dqp, dkp, dvp, lse, total;
 } mha_bwd_layout;
 
-static mha_bwd_layout bwd_layout(size_t B, size_t nq, size_t nk, size_t hid, size_t kvhid)
+static mha_bwd_layout bwd_layout(size_t B, size_t nq, size_t nk, size_t H, size_t hid,
+                                 size_t kvhid)
 {
     mha_bwd_layout l;
     size_t q = B * nq * hid, k = B * nk * kvhid;
@@ -264,7 +266,8 @@ static mha_bwd_layout bwd_layout(size_t B, size_t nq, size_t nk, size_t hid, siz
     l.dqp = l.dvh + k;
     l.dkp = l.dqp + q;
     l.dvp = l.dkp + k;
-    l.total = l.dvp + k;
+    l.lse = l.dvp + k;
+    l.total = l.lse + B * H * nq;
     return l;
 }
 
@@ -286,6 +289,7 @@ static clattn_status mha_recompute(clattn_context *ctx, const clattn_tensor *q,
     clattn_tensor kh = clattn_view(buf, CLATTN_FLOAT32, l->kh, 4, (size_t[]){B, Hkv, nk, dh});
     clattn_tensor vh = clattn_view(buf, CLATTN_FLOAT32, l->vh, 4, (size_t[]){B, Hkv, nk, dh});
     clattn_tensor oh = clattn_view(buf, CLATTN_FLOAT32, l->oh, 4, (size_t[]){B, H, nq, dh});
+    clattn_tensor lse = clattn_view(buf, CLATTN_FLOAT32, l->lse, 3, (size_t[]){B, H, nq});
     int b = (int)B, h = (int)H, hkv = (int)Hkv, d = (int)dh;
     CHECK_ST(clattn__enqueue_matmul(ctx, q, 0, w->W_q, 1, 1.0f, 0.0f, w->b_q, &qp));
     CHECK_ST(clattn__enqueue_matmul(ctx, k, 0, w->W_k, 1, 1.0f, 0.0f, w->b_k, &kp));
@@ -293,7 +297,7 @@ static clattn_status mha_recompute(clattn_context *ctx, const clattn_tensor *q,
     CHECK_ST(clattn__enqueue_heads(ctx, buf, l->dqp, buf, l->qh, b, (int)nq, h, d, 1));
     CHECK_ST(clattn__enqueue_heads(ctx, buf, l->dkp, buf, l->kh, b, (int)nk, hkv, d, 1));
     CHECK_ST(clattn__enqueue_heads(ctx, buf, l->dvp, buf, l->vh, b, (int)nk, hkv, d, 1));
-    CHECK_ST(clattn__attention_core(ctx, &qh, &kh, &vh, m, drop, scale, &oh, NULL, NULL));
+    CHECK_ST(clattn__attention_core(ctx, &qh, &kh, &vh, m, drop, scale, &oh, NULL, &lse));
     CHECK_ST(clattn__enqueue_heads(ctx, buf, l->oh, buf, l->cat, b, (int)nq, h, d, 0));
 fail:
     return st;
@@ -314,6 +318,8 @@ static clattn_status mha_chain(clattn_context *ctx, const clattn_tensor *q, cons
     clattn_tensor qh = clattn_view(buf, CLATTN_FLOAT32, l->qh, 4, (size_t[]){B, H, nq, dh});
     clattn_tensor kh = clattn_view(buf, CLATTN_FLOAT32, l->kh, 4, (size_t[]){B, Hkv, nk, dh});
     clattn_tensor vh = clattn_view(buf, CLATTN_FLOAT32, l->vh, 4, (size_t[]){B, Hkv, nk, dh});
+    clattn_tensor oh = clattn_view(buf, CLATTN_FLOAT32, l->oh, 4, (size_t[]){B, H, nq, dh});
+    clattn_tensor lse = clattn_view(buf, CLATTN_FLOAT32, l->lse, 3, (size_t[]){B, H, nq});
     clattn_tensor cat = clattn_view(buf, CLATTN_FLOAT32, l->cat, 3, (size_t[]){B, nq, hid});
     clattn_tensor dcat = clattn_view(buf, CLATTN_FLOAT32, l->dcat, 3, (size_t[]){B, nq, hid});
     clattn_tensor doh = clattn_view(buf, CLATTN_FLOAT32, l->doh, 4, (size_t[]){B, H, nq, dh});
@@ -331,7 +337,8 @@ static clattn_status mha_chain(clattn_context *ctx, const clattn_tensor *q, cons
     CHECK_ST(clattn__enqueue_heads(ctx, buf, l->dcat, buf, l->doh, b, (int)nq, h, d, 1));
     clattn_attention_grads ag = {need_q ? &dqh : NULL, need_k ? &dkh : NULL,
                                  need_v ? &dvh : NULL, g->dbias};
-    CHECK_ST(clattn__attention_backward(ctx, &qh, &kh, &vh, m, drop, scale, &doh, &ag));
+    CHECK_ST(clattn__attention_backward(ctx, &qh, &kh, &vh, m, drop, scale, &oh, &lse, &doh,
+                                        &ag));
     if (need_q) {
         CHECK_ST(clattn__enqueue_heads(ctx, buf, l->dqh, buf, l->dqp, b, (int)nq, h, d, 0));
         CHECK_ST(clattn__enqueue_linear_backward(ctx, q, w->W_q, &dqp, g->dqueries, g->dW_q,
@@ -396,7 +403,7 @@ clattn_status clattn_multihead_attention_backward(clattn_context *ctx,
                                     {opts->alibi_slopes, "opts.alibi_slopes"}};
         CHECK_ST(clattn__check_no_overlap(ctx, d, MHA_NGRADS, mins, 4));
     }
-    mha_bwd_layout l = bwd_layout(B, nq, nk, hid, kvhid);
+    mha_bwd_layout l = bwd_layout(B, nq, nk, H, hid, kvhid);
     CHECK(ctx, l.total <= (size_t)INT32_MAX, CLATTN_ERROR_UNSUPPORTED,
           "multihead_attention_backward: %zu elements of intermediates exceed 32-bit indexing",
           l.total);

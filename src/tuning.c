@@ -284,6 +284,10 @@ static const param_range decode_cpu_ranges[] = {
 static const param_range decode_gpu_ranges[] = {
     {"RQ", 1, 16, ANY}, {"WG", 1, 1024, ANY}, {"SK", 16, 1 << 20, MUL16}, LOOPS_RANGE,
     {NULL, 0, 0, 0}};
+/* CH: key chunks per K/V head (0: the host's choice), each with its own partial dQ. */
+static const param_range backward_cpu_ranges[] = {
+    {"QR", 1, 16, ANY}, {"KB", 16, 256, MUL16}, {"VC", 16, 256, MUL16}, {"CH", 0, 4096, ANY},
+    {NULL, 0, 0, 0}};
 static const param_range no_ranges[] = {{NULL, 0, 0, 0}};
 
 /* Every variant the library can build. */
@@ -320,6 +324,14 @@ static const variant_def variants[] = {
     {"decode", "cpu", "RQ=4:SK=1024", decode_cpu_ranges, NULL, NULL},
     /* GPU shape: a work-group of WG items per split walks its keys WG at a time. */
     {"decode", "gpu", "RQ=4:WG=64:SK=256", decode_gpu_ranges, decode_gpu_check, decode_gpu_fit},
+    /* Attention backward, fused (FlashAttention-2), CPU shape: a work-item per (key chunk, K/V
+     * head) walks QR query rows at a time over each block of KB keys, its dK and dV rows and the
+     * QR rows of dQ taken VC columns at a time with the rows' vectors in registers. Taken when
+     * the forward's out and LSE are given (clattn.h). */
+    {"backward", "cpu", "QR=6:KB=64:VC=64:CH=0", backward_cpu_ranges, NULL, NULL},
+    /* The unfused chain of GEMMs and softmax kernels (the matmul and softmax variants' shapes):
+     * the GPU path until a GPU-shaped fused backward exists. */
+    {"backward", "unfused", "", no_ranges, NULL, NULL},
 };
 
 typedef struct {
@@ -351,6 +363,7 @@ static const rule rules[] = {
     {0, NULL, LLVMPIPE, 0, "softmax", "gpu", ""},
     {0, NULL, LLVMPIPE, 0, "attention", "gpu", ""},
     {0, NULL, LLVMPIPE, 0, "decode", "gpu", ""},
+    {0, NULL, LLVMPIPE, 0, "backward", "unfused", ""},
     {CL_DEVICE_TYPE_CPU, NULL, NULL, 16, "matmul", "cpu", AVX512_MATMUL},
     {CL_DEVICE_TYPE_CPU, NULL, NULL, 0, "matmul", "cpu", ""},
     {CL_DEVICE_TYPE_CPU, NULL, NULL, 0, "softmax", "cpu", ""},
@@ -361,6 +374,8 @@ static const rule rules[] = {
     {0, NULL, NULL, 0, "attention", "gpu", ""},
     {CL_DEVICE_TYPE_CPU, NULL, NULL, 0, "decode", "cpu", ""},
     {0, NULL, NULL, 0, "decode", "gpu", ""},
+    {CL_DEVICE_TYPE_CPU, NULL, NULL, 0, "backward", "cpu", ""},
+    {0, NULL, NULL, 0, "backward", "unfused", ""},
 };
 
 static int ci_contains(const char *hay, const char *needle)
@@ -499,9 +514,10 @@ static void write_defines(clattn_tuning *t)
     size_t used = 0;
     t->defines[0] = '\0';
     for (int i = 0; i < t->nparams && used < sizeof t->defines; i++)
-        /* host-side: kernels never see them (LOOPS: the loop budget; SK: decode's split, a
-         * kernel argument), so they build no programs of their own */
-        if (strcmp(t->names[i], "LOOPS") != 0 && strcmp(t->names[i], "SK") != 0)
+        /* host-side: kernels never see them (LOOPS: the loop budget; SK: decode's split, CH:
+         * the backward's key chunks, kernel arguments), so they build no programs of their own */
+        if (strcmp(t->names[i], "LOOPS") != 0 && strcmp(t->names[i], "SK") != 0 &&
+            strcmp(t->names[i], "CH") != 0)
             used += (size_t)snprintf(t->defines + used, sizeof t->defines - used, "-D %s=%d ",
                                  t->names[i], t->values[i]);
 }
@@ -583,7 +599,8 @@ clattn_status clattn__tune(clattn_context *ctx, const char *op, clattn_tuning *t
           o ? CLATTN_ERROR_INVALID_ARGUMENT : CLATTN_ERROR_UNSUPPORTED,
           "tuning: %s=cpu on %s: Mesa's llvmpipe ends a work-item's loops after 65535 iterations "
           "in all, and this CPU-shaped kernel runs more from modest sizes on (wrong results); "
-          "use %s=gpu, the table's choice there", op, ctx->name, op);
+          "use %s=%s, the table's choice there", op, ctx->name, op,
+          strcmp(op, "backward") == 0 ? "unfused" : "gpu");
     /* An override the device cannot run is the caller's mistake; the table's own choice, still
      * too big after fitting, is the device's limit. */
     CHECK(ctx, !d->check || d->check(ctx, t, why, sizeof why),

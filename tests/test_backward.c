@@ -432,7 +432,6 @@ typedef struct {
     double qscale;    /* Q uniform in [-qscale, qscale] (0: 1) */
     float p;          /* dropout */
     int only;         /* 0: every gradient; else a bitmask of them: 1 dQ, 2 dK, 4 dV, 8 dbias */
-    int pass_out;     /* the forward's out and LSE go to the backward */
 } atb_case;
 
 /* The inputs of one case as doubles: Q (nb, nq, d), K and V per K/V head, the bias (in the
@@ -502,7 +501,9 @@ static void check_atb(const clattn_tensor *t, const double *ref, double *sc, siz
     free(got);
 }
 
-static void run_atb(const atb_case *c)
+/* fused: the forward's out and LSE go to the backward, which then takes the fused path where the
+ * backward variant is fused and no dbias is asked for (else the chain, as without them). */
+static void run_atb(const atb_case *c, int fused)
 {
     int r4 = c->rank == 4, H = r4 ? c->H : 1, Hkv = r4 ? c->Hkv : 1, G = H / Hkv;
     size_t nbq = (size_t)c->B * H, nbk = (size_t)c->B * Hkv;
@@ -555,12 +556,12 @@ static void run_atb(const atb_case *c)
     h_poison(&tdv);
     if (opts.bias)
         h_poison(&tdb);
-    if (c->pass_out) {
+    if (fused) {
         opts.lse = &tl;
         if (clattn_dot_product_attention(h_ctx, &tq, &tk, &tv, &opts, &to, NULL) != CLATTN_SUCCESS)
             fail_msg("dot_product_attention: %s", clattn_last_error(h_ctx));
     }
-    if (clattn_dot_product_attention_backward(h_ctx, &tq, &tk, &tv, &opts, c->pass_out ? &to : NULL,
+    if (clattn_dot_product_attention_backward(h_ctx, &tq, &tk, &tv, &opts, fused ? &to : NULL,
                                               &tdo, &g) != CLATTN_SUCCESS)
         fail_msg("dot_product_attention_backward: %s", clattn_last_error(h_ctx));
     /* the reference, K and V expanded to the query heads, their gradients summed back */
@@ -616,9 +617,10 @@ static void run_atb(const atb_case *c)
     char what[240];
     snprintf(what, sizeof what, "attention backward rank %d B %d H %d/%d Q %d K %d d %d dv %d "
              "lens %d "
-             "mask %d causal %d align %d window %d bias %d alibi %d p %g", c->rank, c->B, H, Hkv,
-             c->nq, c->nk, c->d, c->dv, c->mask.lens, c->mask.mask_rank, c->mask.causal,
-             c->mask.align, c->mask.window, c->mask.bias_rank, c->mask.alibi_rank, (double)c->p);
+             "mask %d causal %d align %d window %d bias %d alibi %d p %g%s", c->rank, c->B, H,
+             Hkv, c->nq, c->nk, c->d, c->dv, c->mask.lens, c->mask.mask_rank, c->mask.causal,
+             c->mask.align, c->mask.window, c->mask.bias_rank, c->mask.alibi_rank, (double)c->p,
+             fused ? " (out and LSE given)" : "");
     if (want & 1)
         check_atb(&tdq, rq, sq, nq_, noise, gq, what, "dQ");
     if (want & 2)
@@ -655,14 +657,16 @@ static void run_atb(const atb_case *c)
 #define ATB_CASES(...)                                                \
     do {                                                              \
         const atb_case cs_[] = {__VA_ARGS__};                         \
-        for (size_t i_ = 0; i_ < sizeof cs_ / sizeof cs_[0]; i_++)    \
-            run_atb(&cs_[i_]);                                        \
+        for (size_t i_ = 0; i_ < sizeof cs_ / sizeof cs_[0]; i_++) {  \
+            run_atb(&cs_[i_], 0);                                     \
+            run_atb(&cs_[i_], 1);                                     \
+        }                                                             \
     } while (0)
 
 static void test_attention_backward(void **s)
 {
     (void)s;
-    static const int l4[] = {0, 5, 2, 3}, l2[] = {7, 0};
+    static const int l4[] = {0, 5, 2, 3}, l2[] = {7, 0}, l130[] = {0, 130, 65};
     ATB_CASES({3, 1, 0, 0, 1, 1, 1, 1}, {3, 2, 0, 0, 5, 7, 3, 4}, {3, 3, 0, 0, 4, 3, 5, 2},
               /* grouped-query heads: dK and dV sum over each K/V head's query heads */
               {4, 2, 4, 2, 3, 5, 4, 3}, {4, 1, 3, 1, 4, 6, 2, 5}, {4, 2, 2, 2, 3, 4, 3, 3},
@@ -686,10 +690,147 @@ static void test_attention_backward(void **s)
               /* large logits, some gradients only, the forward's out and LSE passed along */
               {3, 2, 0, 0, 4, 9, 8, 3, {.lens = H_LENS_1D}, 30},
               {3, 2, 0, 0, 4, 5, 3, 3, {0}, 0, 0, 4},
-              {3, 2, 0, 0, 4, 5, 3, 3, {0}, 0, 0, 3}, {4, 2, 2, 2, 4, 5, 3, 3, {0}, 0, 0, 0, 1});
-    if (!h_small()) /* larger: the analytic reference only */
+              {3, 2, 0, 0, 4, 5, 3, 3, {0}, 0, 0, 3}, {4, 2, 2, 2, 4, 5, 3, 3, {0}, 0, 0, 6},
+              /* biases without dbias: the fused path takes them too */
+              {4, 2, 2, 1, 3, 5, 3, 2, {.bias_rank = 2, .bias_dims = {3, 5}}, 0, 0, 7},
+              {4, 2, 3, 3, 3, 4, 2, 3, {.bias_rank = 4, .bias_dims = {1, 3, 1, 4}, .causal = 1},
+               0, 0, 7});
+    if (!h_small()) /* larger: the analytic reference only; several key blocks, some skipped */
         ATB_CASES({4, 2, 4, 2, 33, 47, 16, 24, {.lens = H_LENS_2D, .causal = 1, .align = 1}},
-                  {4, 1, 8, 2, 65, 129, 64, 32, {.bias_rank = 2, .bias_dims = {65, 129}}, 0, 0.2f});
+                  {4, 1, 8, 2, 65, 129, 64, 32, {.bias_rank = 2, .bias_dims = {65, 129}}, 0, 0.2f},
+                  {4, 1, 2, 1, 131, 131, 17, 33, {.causal = 1}},
+                  {4, 1, 3, 3, 67, 200, 24, 16, {.causal = 1, .align = 1, .fill = -INFINITY}},
+                  {3, 2, 0, 0, 97, 150, 16, 16, {.window = 1, .window_left = 20,
+                                                 .window_right = 5, .alibi_rank = 1,
+                                                 .alibi_dims = {2}}},
+                  {3, 3, 0, 0, 40, 130, 8, 8, {.lens = H_LENS_1D, .fixed_lens = l130}, 0, 0.3f},
+                  {4, 1, 2, 2, 70, 129, 16, 8, {.bias_rank = 4, .bias_dims = {1, 2, 70, 129},
+                                                .causal = 1}, 0, 0, 7});
+}
+
+/* ---- the fused backward against the chain on NaN, infinities and blocked rows ---- */
+
+typedef struct {
+    int H, nq, nk, d;   /* rank 4 (1, H, nq, d), K and V one head (grouped-query: G = H) */
+    h_mask_spec mask;
+    char which;         /* the operand given a non-finite value: 'q', 'k', 'v', 'o' (dout), 0 */
+    int at;             /* its row */
+    float value;
+    double qscale;      /* Q uniform in [-qscale, qscale] (0: 1) */
+} nf_case;
+
+/* 1 when a and b agree: NaN where the other is NaN, the same infinity, else within tol of each
+ * other relative to the tensor's largest finite magnitude (float32 sums in other orders). */
+static int nf_agree(float a, float b, double big)
+{
+    if (isnan(a) || isnan(b))
+        return isnan(a) && isnan(b);
+    if (isinf(a) || isinf(b))
+        return a == b;
+    return fabs((double)a - b) <= 2e-5 * (big + 1e-30);
+}
+
+static void run_nf(const nf_case *c)
+{
+    size_t qd[4] = {1, (size_t)c->H, (size_t)c->nq, (size_t)c->d};
+    size_t kd[4] = {1, 1, (size_t)c->nk, (size_t)c->d}, sd[4] = {1, (size_t)c->H, (size_t)c->nq,
+                                                                (size_t)c->nk};
+    size_t nq_ = (size_t)c->H * c->nq * c->d, nk_ = (size_t)c->nk * c->d;
+    float *q = malloc(nq_ * 4), *k = malloc(nk_ * 4), *v = malloc(nk_ * 4), *g = malloc(nq_ * 4);
+    double qs = c->qscale > 0 ? c->qscale : 1;
+    h_fill(q, nq_, -qs, qs);
+    h_fill(k, nk_, -1, 1);
+    h_fill(v, nk_, -1, 1);
+    h_fill(g, nq_, -1, 1);
+    float *t = c->which == 'q' ? q : c->which == 'k' ? k : c->which == 'v' ? v : g;
+    if (c->which)
+        t[(size_t)c->at * c->d + (size_t)c->at % c->d] = c->value;
+    h_mask hm;
+    h_mask_make(&hm, &c->mask, 4, sd);
+    clattn_tensor tq = h_tensor(CLATTN_FLOAT32, 4, qd, q), tk = h_tensor(CLATTN_FLOAT32, 4, kd, k);
+    clattn_tensor tv = h_tensor(CLATTN_FLOAT32, 4, kd, v), tg = h_tensor(CLATTN_FLOAT32, 4, qd, g);
+    clattn_tensor to = h_tensor(CLATTN_FLOAT32, 4, qd, NULL);
+    clattn_tensor tl = h_tensor(CLATTN_FLOAT32, 3, sd, NULL);
+    clattn_tensor d[2][3];
+    clattn_attention_opts opts;
+    memset(&opts, 0, sizeof opts);
+    opts.mask = hm.m;
+    opts.bias = hm.tb.buf ? &hm.tb : NULL;
+    opts.alibi_slopes = hm.ta.buf ? &hm.ta : NULL;
+    opts.lse = &tl;
+    if (clattn_dot_product_attention(h_ctx, &tq, &tk, &tv, &opts, &to, NULL) != CLATTN_SUCCESS)
+        fail_msg("dot_product_attention: %s", clattn_last_error(h_ctx));
+    for (int f = 0; f < 2; f++) { /* f 0: the chain (no out, no LSE), 1: fused */
+        d[f][0] = h_tensor(CLATTN_FLOAT32, 4, qd, NULL);
+        d[f][1] = h_tensor(CLATTN_FLOAT32, 4, kd, NULL);
+        d[f][2] = h_tensor(CLATTN_FLOAT32, 4, kd, NULL);
+        for (int i = 0; i < 3; i++)
+            h_poison(&d[f][i]);
+        clattn_attention_grads gr = {&d[f][0], &d[f][1], &d[f][2], NULL};
+        clattn_attention_opts o = opts;
+        o.lse = f ? &tl : NULL;
+        if (clattn_dot_product_attention_backward(h_ctx, &tq, &tk, &tv, &o, f ? &to : NULL, &tg,
+                                                  &gr) != CLATTN_SUCCESS)
+            fail_msg("dot_product_attention_backward: %s", clattn_last_error(h_ctx));
+    }
+    static const char *const names[3] = {"dQ", "dK", "dV"};
+    for (int i = 0; i < 3; i++) {
+        float *a = h_read(&d[0][i]), *b = h_read(&d[1][i]);
+        size_t n = clattn_tensor_numel(&d[0][i]);
+        double big = 0;
+        for (size_t e = 0; e < n; e++)
+            if (isfinite(a[e]))
+                big = fmax(big, fabs(a[e]));
+        for (size_t e = 0; e < n; e++)
+            if (!nf_agree(a[e], b[e], big))
+                fail_msg("fused backward vs chain, H %d Q %d K %d d %d, %c row %d = %g, lens %d "
+                         "causal %d fill %g: %s[%zu] is %g fused, %g by the chain", c->H, c->nq,
+                         c->nk, c->d, c->which ? c->which : '-', c->at, (double)c->value,
+                         c->mask.lens, c->mask.causal, (double)c->mask.fill, names[i], e,
+                         (double)b[e], (double)a[e]);
+        free(a);
+        free(b);
+    }
+    clattn_tensor *ts[] = {&tq, &tk, &tv, &tg, &to, &tl, &d[0][0], &d[0][1], &d[0][2], &d[1][0],
+                           &d[1][1], &d[1][2]};
+    for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
+        clattn_tensor_release(ts[i]);
+    h_mask_free(&hm);
+    free(q);
+    free(k);
+    free(v);
+    free(g);
+}
+
+/* Causal masks and short lengths make the fused backward skip tiles; a NaN or an infinity in a
+ * row it would skip must still spread as the chain's products spread it (0 x inf), and blocked
+ * rows get the chain's uniform weights (finite fill) or NaN (-inf). */
+static void test_backward_nonfinite(void **s)
+{
+    (void)s;
+    static const int l3[] = {0, 1, 0}, lz[] = {0};
+    const float inf = INFINITY, nan = NAN;
+    const nf_case cs[] = {
+        {2, 70, 70, 8, {.causal = 1}, 'q', 3, inf},
+        {2, 70, 70, 8, {.causal = 1}, 'q', 65, nan},
+        {2, 70, 70, 8, {.causal = 1}, 'k', 66, -inf},
+        {2, 70, 70, 8, {.causal = 1}, 'k', 2, nan},
+        {2, 70, 70, 8, {.causal = 1}, 'v', 68, nan},
+        {2, 70, 70, 8, {.causal = 1}, 'v', 1, inf},
+        {2, 70, 70, 8, {.causal = 1}, 'o', 0, inf},
+        {2, 70, 70, 8, {.causal = 1}, 'o', 69, nan},
+        {3, 70, 70, 8, {.causal = 1, .fill = -INFINITY}, 'k', 69, inf},
+        {1, 3, 150, 8, {.lens = H_LENS_2D, .fixed_lens = l3}, 0, 0, 0},
+        {1, 3, 150, 8, {.lens = H_LENS_2D, .fixed_lens = l3, .fill = -INFINITY}, 0, 0, 0},
+        {1, 1, 100, 8, {.lens = H_LENS_1D, .fixed_lens = lz}, 'v', 99, nan},
+        {2, 40, 90, 8, {.window = 1, .window_left = 3, .window_right = 0}, 'q', 39, inf},
+        {2, 40, 90, 8, {.window = 1, .window_left = 3, .window_right = 0}, 'k', 89, nan},
+        /* large logits and -inf in a float bias */
+        {2, 70, 70, 8, {.causal = 1}, 0, 0, 0, 300},
+        {2, 33, 80, 8, {.bias_rank = 2, .bias_dims = {33, 80}, .bias_ninf = 3}, 0, 0, 0},
+    };
+    for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++)
+        run_nf(&cs[i]);
 }
 
 /* ---- multi-head attention ---- */
@@ -1083,6 +1224,38 @@ static void test_bias_grad_split(void **s)
     clattn_context_destroy(&ctx);
 }
 
+/* The fused backward's other tiles and key chunks (several chunks: partial dQ rows added in
+ * chunk order by a second kernel), forced on a context of its own. */
+static void test_backward_tiles(void **s)
+{
+    (void)s;
+    static const char *const tunes[] = {"backward=cpu:QR=4:KB=32:VC=16:CH=2",
+                                        "backward=cpu:QR=16:KB=16:VC=48:CH=7",
+                                        "backward=cpu:QR=1:KB=80:VC=32:CH=1"};
+    for (size_t t = 0; t < sizeof tunes / sizeof tunes[0]; t++) {
+        clattn_params p;
+        memset(&p, 0, sizeof p);
+        p.tuning = tunes[t];
+        clattn_context *ctx = NULL, *saved = h_ctx;
+        if (clattn_context_wrap(&ctx, clattn_context_cl(h_ctx), clattn_context_device(h_ctx),
+                                clattn_context_queue(h_ctx), &p) != CLATTN_SUCCESS) {
+            if (strstr(clattn_last_error(NULL), "llvmpipe")) { /* CPU shapes refused there */
+                print_message("skipped on llvmpipe: %s\n", tunes[t]);
+                continue;
+            }
+            fail_msg("%s", clattn_last_error(NULL));
+        }
+        h_ctx = ctx;
+        ATB_CASES({3, 2, 0, 0, 5, 7, 3, 4}, {4, 2, 4, 2, 3, 5, 4, 3, {.lens = H_LENS_1D}, 0, 0.3f});
+        if (!h_small()) /* several chunks of several blocks */
+            ATB_CASES({4, 1, 2, 1, 37, 101, 17, 33, {.causal = 1, .align = 1}},
+                      {4, 1, 3, 3, 29, 97, 20, 50, {.lens = H_LENS_2D, .mask_rank = 4,
+                                                    .mask_dims = {1, 1, 29, 97}}, 0, 0.2f});
+        h_ctx = saved;
+        clattn_context_destroy(&ctx);
+    }
+}
+
 /* ---- the SGD update ---- */
 
 static void test_axpy(void **s)
@@ -1244,6 +1417,7 @@ int main(void)
         cmocka_unit_test(test_softmax_backward), cmocka_unit_test(test_dropout_backward),
         cmocka_unit_test(test_matmul_backward), cmocka_unit_test(test_linear_backward),
         cmocka_unit_test(test_attention_backward), cmocka_unit_test(test_bias_grad_split),
+        cmocka_unit_test(test_backward_nonfinite), cmocka_unit_test(test_backward_tiles),
         cmocka_unit_test(test_mha_backward), cmocka_unit_test(test_additive_backward),
         cmocka_unit_test(test_axpy),
         cmocka_unit_test(test_bad_input),

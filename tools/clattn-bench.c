@@ -1627,16 +1627,20 @@ static void bench_additive(bench *b)
 
 typedef struct {
     att_case a;
-    clattn_tensor dout, dq, dk, dv;
+    clattn_tensor dout, dq, dk, dv, lse;
     float *hdo;
+    int fused; /* the forward's out and LSE given: the fused backward */
 } bwd_case;
 
 static int bwd_run(bench *b, void *arg)
 {
     bwd_case *c = arg;
     clattn_attention_grads g = {&c->dq, &c->dk, &c->dv, NULL};
-    return clattn_dot_product_attention_backward(b->ctx, &c->a.q, &c->a.k, &c->a.v, &c->a.opts,
-                                                 NULL, &c->dout, &g) != CLATTN_SUCCESS;
+    clattn_attention_opts o = c->a.opts;
+    o.lse = c->fused ? &c->lse : NULL;
+    return clattn_dot_product_attention_backward(b->ctx, &c->a.q, &c->a.k, &c->a.v, &o,
+                                                 c->fused ? &c->a.out : NULL, &c->dout, &g) !=
+           CLATTN_SUCCESS;
 }
 
 /* Row i of head 0's probabilities (n doubles) into p. */
@@ -1733,16 +1737,26 @@ static void bwd_one(bench *b, size_t heads, size_t n, size_t d, int causal)
     ok(b, clattn_tensor_create(b->ctx, CLATTN_FLOAT32, 3, dims, NULL, &c.dq), "create dQ");
     ok(b, clattn_tensor_create(b->ctx, CLATTN_FLOAT32, 3, dims, NULL, &c.dk), "create dK");
     ok(b, clattn_tensor_create(b->ctx, CLATTN_FLOAT32, 3, dims, NULL, &c.dv), "create dV");
+    ok(b, clattn_tensor_create(b->ctx, CLATTN_FLOAT32, 2, dims, NULL, &c.lse), "create lse");
+    /* the forward once, saving out and the LSE for the fused backward */
+    clattn_attention_opts fo = c.a.opts;
+    fo.lse = &c.lse;
+    ok(b, clattn_dot_product_attention(b->ctx, &c.a.q, &c.a.k, &c.a.v, &fo, &c.a.out, NULL),
+       "forward");
     snprintf(name, sizeof name, "H%zu N%zu d%zu%s", heads, n, d, causal ? " causal" : "");
     /* FlashAttention-2's count: the backward is 2.5x the forward's 4 H N^2 d (dense) */
     double gflop = 10e-9 * (double)heads * (double)n * (double)n * (double)d;
-    double err = bwd_error(b, &c);
-    if (err > ATT_TOL)
-        bench_check_fail(b, name, "clattn backward (unfused chain)", err, ATT_TOL);
-    else
-        bench_record(b, name, "clattn backward (unfused chain)", 0, gflop, "GFLOP/s",
-                     bench_time(b, bwd_run, &c, 1), err);
-    clattn_tensor *ts[] = {&c.dout, &c.dq, &c.dk, &c.dv};
+    static const char *const what[2] = {"clattn backward (unfused chain)",
+                                        "clattn backward (fused: out and LSE given)"};
+    for (c.fused = 1; c.fused >= 0; c.fused--) {
+        double err = bwd_error(b, &c);
+        if (err > ATT_TOL)
+            bench_check_fail(b, name, what[c.fused], err, ATT_TOL);
+        else
+            bench_record(b, name, what[c.fused], 0, gflop, "GFLOP/s",
+                         bench_time(b, bwd_run, &c, 1), err);
+    }
+    clattn_tensor *ts[] = {&c.dout, &c.dq, &c.dk, &c.dv, &c.lse};
     for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
         clattn_tensor_release(ts[i]);
     free(c.hdo);

@@ -21,6 +21,7 @@ static const struct {
     const char *op, *file;
 } op_files[] = {
     {"attention", "flash.cl"},
+    {"backward", "flash_backward.cl"},
 };
 
 /* Option sets the ops build outside the tuning table: the transposes of 16-bit elements, and the

@@ -1,0 +1,407 @@
+/* clattn fused attention backward (FlashAttention-2's algorithm, CPU shape): the gradients of
+ * out = dropout(softmax(mask(Q K^T * scale + bias))) V with respect to Q, K and V, from dout, the
+ * forward's out and its row log-sum-exps (lse), never materialising a (Q, K) tensor:
+ *   P = exp(S - lse) recomputed per tile;  dV += dropout(P)^T dout;
+ *   dP = dropout'(dout V^T);  dS = P * (dP - D) * scale, D = rowsum(dout * out);
+ *   dQ += dS K;  dK += dS^T Q.
+ * dS is exactly 0 where the mask blocks a key (masked_fill passes no gradient), as in the unfused
+ * chain (softmax.cl's backward).
+ *
+ * Layout: float32 throughout. Q, dout, out, dQ: the mask's D0 x D1 batches of (nq, d or dv)
+ * rows; K, V, dK, dV: D0 x (D1 / G) batches of (nk, d or dv) rows (grouped-query attention: query
+ * batch (d0, d1) reads K/V batch kb = d0 (D1 / G) + d1 / G). Each operand's int4 layout l puts
+ * row `row` of batch bb at element l.x + d0 l.y + d1 l.z + row l.w (see flash.cl), rows unit
+ * stride. lse, D and the row flags: (nb, nq) contiguous. The mask arguments are flash.cl's
+ * (common.cl describes them); dropout element (bb, q, k) is stream index (bb nq + q) nk + k.
+ *
+ * Work: one work-item per (chunk of key blocks, K/V batch). It owns the dK and dV rows of its
+ * blocks, so they are written without atomics, and walks, per block of KB keys, every query row
+ * of the G query heads sharing its K/V head, QR rows at a time. dQ sums over every key block:
+ * with one chunk per K/V batch the item owns its rows of dQ too; with several, each chunk writes
+ * its own partial dQ and flash_bwd_reduce adds them in chunk order. Sums run in a fixed order, so
+ * repeated runs give the same bits.
+ *
+ * Skipping: a tile (QR rows x one block) whose keys are all blocked for every row by lengths,
+ * causality or the window (not by the mask tensor) contributes exactly 0 when every row's
+ * probability there is 0 (lse > fill + NEGLIGIBLE) and no operand it would multiply by that 0
+ * holds a NaN or an infinity (the rows' Q and dout, the block's K): then it is skipped, which is
+ * where causal and windowed attention save their work. Otherwise it is computed like any other,
+ * so NaN and infinity spread exactly as through the unfused chain's products. */
+#include "common.cl"
+#include "tile16.cl"
+
+#ifndef QR
+#define QR 6
+#endif
+#ifndef KB
+#define KB 64
+#endif
+#ifndef VC
+#define VC 64
+#endif
+#if KB % 16 != 0 || VC % 16 != 0 || VC < 16
+#error "KB and VC must be multiples of 16"
+#endif
+#define NKV (KB / 16)
+#define NVC (VC / 16) /* 16-column vectors per pass over a row */
+
+#define FLASH_MASK_PARAMS                                                                        \
+    int D1, int G, __global const int *lens, int lens_off, int lens_mode,                       \
+        __global const int *mask, int mask_off, int4 ms, int4 win, float fill,                  \
+        __global const float *bias, int bias_off, int4 bs, __global const float *slopes,          \
+        int slopes_off, int2 ss
+#define FLASH_DROP_PARAMS int drop, uint2 seed, uint2 offset, uint threshold, float dscale
+
+/* element (row, 0) of batch bb in an operand with layout l */
+static inline size_t bwd_at(int4 l, int D1, int bb, int row)
+{
+    return (size_t)l.x + (size_t)(bb / D1) * (size_t)l.y + (size_t)(bb % D1) * (size_t)l.z +
+           (size_t)row * (size_t)l.w;
+}
+
+/* 1 for a NaN or an infinity (on the exponent bits: see flash.cl's nonfinite16) */
+static inline int bwd_nonfinite(float x)
+{
+    return (as_int(x) & 0x7f800000) == 0x7f800000;
+}
+
+/* 16 floats of a row from column c0, zero past n */
+static inline float16 bwd_load(__global const float *row, int c0, int n)
+{
+    if (c0 + 16 <= n)
+        return vload16(0, row + c0);
+    float t[16];
+    for (int i = 0; i < 16; i++)
+        t[i] = c0 + i < n ? row[c0 + i] : 0.0f;
+    return vload16(0, t);
+}
+
+/* stores the lanes of v below n - c0 at row + c0 */
+static inline void bwd_store(float16 v, __global float *row, int c0, int n)
+{
+    if (c0 + 16 <= n) {
+        vstore16(v, 0, row + c0);
+        return;
+    }
+    float t[16];
+    vstore16(v, 0, t);
+    for (int i = 0; c0 + i < n; i++)
+        row[c0 + i] = t[i];
+}
+
+/* pk[kb][blk]: the block's K as a (d, KB) panel, its V as a (dv, KB) panel, then its K as (KB,
+ * dp) rows (dp: d rounded up to VC), zero for keys >= nk and columns >= d; kbad[kb][k]: 1 when
+ * K's row k holds a NaN or an infinity. One work-item per key. */
+__kernel void flash_bwd_pack(__global const float *K, int4 kl, __global const float *V, int4 vl,
+                             int D1kv, int nk, int d, int dv, int dp, int nblk,
+                             __global float *pk, __global int *kbad, int kbad_off)
+{
+    int k = get_global_id(0), kb = get_global_id(1);
+    __global float *dst = pk + (size_t)(kb * nblk + k / KB) * (d + dv + dp) * KB + k % KB;
+    __global float *row = dst - k % KB + (size_t)(d + dv) * KB + (size_t)(k % KB) * dp;
+    __global const float *ks = K + bwd_at(kl, D1kv, kb, min(k, nk - 1));
+    __global const float *vs = V + bwd_at(vl, D1kv, kb, min(k, nk - 1));
+    int bad = 0;
+    for (int e = 0; e < dp; e++) {
+        float x = k < nk && e < d ? ks[e] : 0.0f;
+        bad |= bwd_nonfinite(x);
+        row[e] = x;
+        if (e < d)
+            dst[e * KB] = x;
+    }
+    for (int c = 0; c < dv; c++)
+        dst[(d + c) * KB] = k < nk ? vs[c] : 0.0f;
+    kbad[kbad_off + (size_t)kb * nblk * KB + k] = bad;
+}
+
+/* Per query row: D = dout . out (rows[d_off + bb nq + q]) and flags (an int at rows[bad_off +
+ * bb nq + q]): ROW_NONFINITE when the row of Q or of dout holds a NaN or an infinity, ROW_BLOCKED
+ * when the mask blocks every key of the row. Such a row's weights are uniform (finite fill) and
+ * its lse is fill + log(nk) rounded at the fill's magnitude (0.06 at d2l's -1e6), too coarse to
+ * recompute them from: flash_bwd_cpu gives them 1 / nk, as the softmax does. One work-item per
+ * row. */
+#define ROW_NONFINITE 1
+#define ROW_BLOCKED 2
+__kernel void flash_bwd_rows(__global const float *Q, int4 ql, __global const float *dO, int4 dol,
+                             __global const float *O, int4 ol, int D1, int nq, int nk, int d,
+                             int dv, __global float *rows, int d_off, int bad_off,
+                             __global const int *lens, int lens_off, int lens_mode,
+                             __global const int *mask, int mask_off, int4 ms, int4 win)
+{
+    int q = get_global_id(0), bb = get_global_id(1), d0 = bb / D1, d1 = bb % D1;
+    int limit = clattn_row_limit(d0, q, nk, lens, lens_off, lens_mode, nq, win);
+    int lo = clattn_row_lo(q, nk, win), open = 0;
+    __global const int *mrow = clattn_mask_row(mask, mask_off, ms, d0, d1, q);
+    for (int k = lo; k < limit && !open; k++)
+        open = clattn_open(k, lo, limit, mrow, ms.w);
+    __global const float *qr = Q + bwd_at(ql, D1, bb, q);
+    __global const float *gr = dO + bwd_at(dol, D1, bb, q);
+    __global const float *orow = O + bwd_at(ol, D1, bb, q);
+    float s = 0.0f;
+    int bad = 0;
+    for (int c = 0; c < dv; c++) {
+        s = fma(gr[c], orow[c], s);
+        bad |= bwd_nonfinite(gr[c]);
+    }
+    for (int e = 0; e < d; e++)
+        bad |= bwd_nonfinite(qr[e]);
+    size_t i = (size_t)bb * nq + q;
+    rows[d_off + i] = s;
+    ((__global int *)rows)[bad_off + i] = (bad ? ROW_NONFINITE : 0) | (open ? 0 : ROW_BLOCKED);
+}
+
+/* dQ row (bb, q) = the sum over chunks c of part[c][bb][q] ((nchunk, nb, nq, d) contiguous), in
+ * chunk order. One work-item per row. */
+__kernel void flash_bwd_reduce(__global const float *part, int part_off, int nchunk, int nb,
+                               __global float *dQ, int4 dql, int D1, int nq, int d)
+{
+    int q = get_global_id(0), bb = get_global_id(1);
+    __global float *dst = dQ + bwd_at(dql, D1, bb, q);
+    size_t stride = (size_t)nb * nq * d;
+    __global const float *src = part + part_off + ((size_t)bb * nq + q) * d;
+    for (int e = 0; e < d; e++) {
+        float s = src[e];
+        for (int c = 1; c < nchunk; c++)
+            s += src[c * stride + e];
+        dst[e] = s;
+    }
+}
+
+/* t[r] = the QR rows rp[r] (n floats each) times the block's (n, KB) panel: the QR x KB tile of
+ * products in registers, each row broadcast one element at a time. */
+static inline void bwd_panel(float16 t[QR][NKV], __global const float *rp[QR],
+                             __global const float *panel, int n)
+{
+    #pragma unroll
+    for (int r = 0; r < QR; r++)
+        #pragma unroll
+        for (int j = 0; j < NKV; j++)
+            t[r][j] = (float16)(0.0f);
+    for (int e = 0; e < n; e++) {
+        float16 pv[NKV];
+        #pragma unroll
+        for (int j = 0; j < NKV; j++)
+            pv[j] = vload16(j, panel + e * KB);
+        #pragma unroll
+        for (int r = 0; r < QR; r++) {
+            float16 xv = (float16)(rp[r][e]);
+            #pragma unroll
+            for (int j = 0; j < NKV; j++)
+                t[r][j] = fma(xv, pv[j], t[r][j]);
+        }
+    }
+}
+
+/* acc (kn rows dp apart, from column c0) += sum over rows r of w[r][k] x[r] for each key k < kn:
+ * a rank-QR update with the rows' NVC vectors x in registers. */
+static inline void bwd_rank_update(__global float *acc, int dp, int kn, int c0,
+                                   float16 w[QR][NKV], float16 x[QR][NVC])
+{
+    for (int k = 0; k < kn; k++) {
+        __global float *dst = acc + (size_t)k * dp + c0;
+        float16 a[NVC];
+        #pragma unroll
+        for (int c = 0; c < NVC; c++)
+            a[c] = vload16(c, dst);
+        #pragma unroll
+        for (int r = 0; r < QR; r++) {
+            float16 wv = (float16)(((const float *)w[r])[k]);
+            #pragma unroll
+            for (int c = 0; c < NVC; c++)
+                a[c] = fma(wv, x[r][c], a[c]);
+        }
+        #pragma unroll
+        for (int c = 0; c < NVC; c++)
+            vstore16(a[c], c, dst);
+    }
+}
+
+/* x[r] = the NVC vectors from column c0 of the QR rows (zero past n and in rows r >= nr) */
+static inline void bwd_rows(float16 x[QR][NVC], __global const float *rp[QR], int nr, int c0,
+                            int n)
+{
+    #pragma unroll
+    for (int r = 0; r < QR; r++)
+        #pragma unroll
+        for (int c = 0; c < NVC; c++)
+            x[r][c] = r < nr ? bwd_load(rp[r], c0 + 16 * c, n) : (float16)(0.0f);
+}
+
+/* The gradients, one work-item per (chunk, K/V batch) (see the top of the file). pk, kbad:
+ * flash_bwd_pack's; rows: flash_bwd_rows'; lse at lse_off + bb nq + q. acc: the item's dK and
+ * dV rows of one block, (KB, dp) then (KB, dvp) floats at acc_off + item (dp + dvp) KB (dp, dvp:
+ * d and dv rounded up to VC), copied to dK and dV once the block is done. dQ: layout dql, chunk
+ * c's rows dq_cs elements after chunk c - 1's (the partials, or dQ itself for one chunk). want:
+ * 1 dQ, 2 dK, 4 dV (the others' pointers are not used). */
+__kernel void flash_bwd_cpu(__global const float *Q, int4 ql, __global const float *pk,
+                            __global const int *kbad, int kbad_off, __global const float *dO,
+                            int4 dol, __global const float *lse, int lse_off,
+                            __global const float *rows, int d_off, int bad_off,
+                            __global float *acc, int acc_off, __global float *dQ, int4 dql,
+                            int dq_cs, __global float *dK, int4 dkl, __global float *dV, int4 dvl,
+                            int want, int nq, int nk, int d, int dv, int dp, int dvp, int nblk,
+                            int nchunk, float scale, FLASH_MASK_PARAMS, FLASH_DROP_PARAMS)
+{
+    int ch = get_global_id(0), kb = get_global_id(1);
+    int D1kv = D1 / G, d0 = kb / D1kv, kvh = kb % D1kv;
+    int b_lo = ch * nblk / nchunk, b_hi = (ch + 1) * nblk / nchunk;
+    const float negligible = fill + NEGLIGIBLE;
+    __global const int *bad_rows = (__global const int *)rows + bad_off;
+    __global float *dq = dQ + (size_t)ch * dq_cs;
+    __global float *ak = acc + acc_off + (size_t)(ch * get_global_size(1) + kb) * (dp + dvp) * KB;
+    __global float *av = ak + (size_t)dp * KB;
+    for (int g = 0; g < G && (want & 1); g++) /* this chunk's dQ rows start at 0 */
+        for (int q = 0; q < nq; q++) {
+            __global float *r = dq + bwd_at(dql, D1, d0 * D1 + kvh * G + g, q);
+            for (int e = 0; e < d; e++)
+                r[e] = 0.0f;
+        }
+    for (int blk = b_lo; blk < b_hi; blk++) {
+        int kbase = blk * KB, kn = min(KB, nk - kbase);
+        __global const float *kt = pk + (size_t)(kb * nblk + blk) * (d + dv + dp) * KB;
+        __global const float *vt = kt + (size_t)d * KB, *krows = vt + (size_t)dv * KB;
+        int kfinite = 1;
+        for (int k = 0; k < kn; k++)
+            kfinite &= !kbad[kbad_off + (size_t)(kb * nblk + blk) * KB + k];
+        for (int i = 0; i < (dp + dvp) * KB; i++) /* the block's dK and dV rows start at 0 */
+            ak[i] = 0.0f;
+        for (int g = 0; g < G; g++) {
+            int d1 = kvh * G + g, bb = d0 * D1 + d1;
+            float slope = clattn_slope(slopes, slopes_off, ss, d0, d1);
+            #pragma unroll 1
+            for (int i0 = 0; i0 < nq; i0 += QR) {
+                int nr = min(QR, nq - i0), row[QR], limit[QR], lo[QR], flags[QR];
+                int skip = kfinite;
+                float lr[QR], dr[QR];
+                #pragma unroll
+                for (int r = 0; r < QR; r++) {
+                    int q = i0 + min(r, nr - 1); /* rows past nq repeat the last, weigh 0 */
+                    size_t i = (size_t)bb * nq + q;
+                    row[r] = q;
+                    limit[r] = clattn_row_limit(d0, q, nk, lens, lens_off, lens_mode, nq, win);
+                    lo[r] = clattn_row_lo(q, nk, win);
+                    lr[r] = lse[lse_off + i];
+                    dr[r] = rows[d_off + i];
+                    flags[r] = bad_rows[i];
+                    skip &= !(flags[r] & ROW_NONFINITE) &&
+                            (kbase >= limit[r] || kbase + kn <= lo[r]) && lr[r] > negligible;
+                }
+                if (skip)
+                    continue;
+                __global const float *qr[QR], *gr[QR];
+                #pragma unroll
+                for (int r = 0; r < QR; r++) {
+                    qr[r] = Q + bwd_at(ql, D1, bb, row[r]);
+                    gr[r] = dO + bwd_at(dol, D1, bb, row[r]);
+                }
+                /* S, masked as the forward, and P = exp(S - lse): zero in rows past nq */
+                float16 p[QR][NKV], ds[QR][NKV], x[QR][NVC];
+                bwd_panel(p, qr, kt, d);
+                #pragma unroll
+                for (int r = 0; r < QR; r++) {
+                    __global const float *brow =
+                        clattn_bias_row(bias, bias_off, bs, d0, d1, row[r]);
+                    __global const int *mrow =
+                        clattn_mask_row(mask, mask_off, ms, d0, d1, row[r]);
+                    #pragma unroll
+                    for (int j = 0; j < NKV; j++) {
+                        int kidx = kbase + 16 * j;
+                        float16 s = p[r][j] * (float16)(scale);
+                        if (bias)
+                            s += bias16(brow, kidx, nk, bs.w);
+                        if (slopes)
+                            s += CLATTN_ALIBI(slope, convert_float16((int16)(row[r] + nk - nq -
+                                                                             kidx) - LANES16));
+                        s = mask16(s, kidx, nk, lo[r], limit[r], mrow, ms.w, fill);
+                        s = exp2_neg16((s - (float16)(lr[r])) * (float16)(M_LOG2E_F));
+                        if ((flags[r] & ROW_BLOCKED) && fill != -INFINITY) /* see flash_bwd_rows */
+                            s = select((float16)(0.0f), (float16)(1.0f / nk),
+                                       (int16)(kidx) + LANES16 < (int16)(nk));
+                        p[r][j] = r < nr ? s : (float16)(0.0f);
+                    }
+                }
+                if (want & 3) {
+                    /* dP = dout V^T, then dS = P (dropout'(dP) - D) scale, 0 where blocked */
+                    bwd_panel(ds, gr, vt, dv);
+                    #pragma unroll
+                    for (int r = 0; r < QR; r++) {
+                        __global const int *mrow =
+                            clattn_mask_row(mask, mask_off, ms, d0, d1, row[r]);
+                        #pragma unroll
+                        for (int j = 0; j < NKV; j++) {
+                            int kidx = kbase + 16 * j;
+                            float16 y = ds[r][j];
+                            if (drop)
+                                y = drop16(y, ((ulong)bb * nq + row[r]) * nk + kidx, seed, offset,
+                                           threshold, dscale);
+                            y = p[r][j] * (y - (float16)(dr[r])) * (float16)(scale);
+                            int16 ok = open16(kidx, nk, lo[r], limit[r], mrow, ms.w);
+                            ds[r][j] = select((float16)(0.0f), y, ok & (int16)(r < nr ? -1 : 0));
+                        }
+                    }
+                }
+                if (drop) /* dV takes the probabilities after dropout */
+                    for (int r = 0; r < QR; r++)
+                        for (int j = 0; j < NKV; j++)
+                            p[r][j] = drop16(p[r][j], ((ulong)bb * nq + row[r]) * nk + kbase +
+                                             16 * j, seed, offset, threshold, dscale);
+                /* dV rows += P^T dout, dK rows += dS^T Q */
+                #pragma unroll 1
+                for (int c0 = 0; c0 < dvp && (want & 4); c0 += VC) {
+                    bwd_rows(x, gr, nr, c0, dv);
+                    bwd_rank_update(av, dvp, kn, c0, p, x);
+                }
+                #pragma unroll 1
+                for (int c0 = 0; c0 < dp && (want & 2); c0 += VC) {
+                    bwd_rows(x, qr, nr, c0, d);
+                    bwd_rank_update(ak, dp, kn, c0, ds, x);
+                }
+                if (!(want & 1))
+                    continue;
+                /* dQ rows += dS K, from the block's padded K rows */
+                #pragma unroll 1
+                for (int c0 = 0; c0 < dp; c0 += VC) {
+                    float16 a[QR][NVC];
+                    #pragma unroll
+                    for (int r = 0; r < QR; r++)
+                        #pragma unroll
+                        for (int c = 0; c < NVC; c++)
+                            a[r][c] = bwd_load(dq + bwd_at(dql, D1, bb, row[r]), c0 + 16 * c, d);
+                    for (int k = 0; k < kn; k++) {
+                        float16 kv[NVC];
+                        #pragma unroll
+                        for (int c = 0; c < NVC; c++)
+                            kv[c] = vload16(c, krows + (size_t)k * dp + c0);
+                        #pragma unroll
+                        for (int r = 0; r < QR; r++) {
+                            float16 w = (float16)(((const float *)ds[r])[k]);
+                            #pragma unroll
+                            for (int c = 0; c < NVC; c++)
+                                a[r][c] = fma(w, kv[c], a[r][c]);
+                        }
+                    }
+                    #pragma unroll
+                    for (int r = 0; r < QR; r++) {
+                        if (r >= nr)
+                            break;
+                        #pragma unroll
+                        for (int c = 0; c < NVC; c++)
+                            bwd_store(a[r][c], dq + bwd_at(dql, D1, bb, row[r]), c0 + 16 * c, d);
+                    }
+                }
+            }
+        }
+        for (int k = 0; k < kn; k++) { /* the block's rows of dK and dV */
+            if (want & 2) {
+                __global float *r = dK + bwd_at(dkl, D1kv, kb, kbase + k);
+                for (int e = 0; e < d; e++)
+                    r[e] = ak[(size_t)k * dp + e];
+            }
+            if (want & 4) {
+                __global float *r = dV + bwd_at(dvl, D1kv, kb, kbase + k);
+                for (int c = 0; c < dv; c++)
+                    r[c] = av[(size_t)k * dvp + c];
+            }
+        }
+    }
+}

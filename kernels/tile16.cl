@@ -1,0 +1,93 @@
+/* clattn 16-key tile helpers shared by the fused attention kernels (flash.cl, flash_backward.cl):
+ * one row's scores for 16 keys at a time as a float16 (mask, bias, dropout, exponentials and
+ * reductions), the same code in the forward and the backward so both round alike. */
+#ifndef CLATTN_TILE16_CL
+#define CLATTN_TILE16_CL
+#include "common.cl"
+
+#define LANES16 (int16)(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15)
+/* exp(fill - m) is exactly 0 in float32 once m - fill exceeds this */
+#define NEGLIGIBLE 120.0f
+
+/* Lanes -1 for the open keys among the 16 from kidx: inside [lo, limit) and not blocked by the
+ * mask tensor's row (limit <= nk, so keys past nk are never open). */
+static inline int16 open16(int kidx, int nk, int lo, int limit, __global const int *mrow, int msk)
+{
+    int16 idx = (int16)(kidx) + LANES16;
+    int16 ok = idx >= (int16)(lo) & idx < (int16)(limit);
+    if (mrow) {
+        int16 m;
+        if (msk == 1 && kidx + 16 <= nk) {
+            m = vload16(0, mrow + kidx);
+        } else {
+            int t[16];
+            for (int i = 0; i < 16; i++)
+                t[i] = kidx + i < nk ? mrow[msk * (kidx + i)] : 0;
+            m = vload16(0, t);
+        }
+        ok = ok & (m != (int16)(0));
+    }
+    return ok;
+}
+
+/* Scores of one row for 16 keys from kidx: masked (fill) or padding (-inf). */
+static inline float16 mask16(float16 s, int kidx, int nk, int lo, int limit,
+                             __global const int *mrow, int msk, float fill)
+{
+    s = select((float16)(fill), s, open16(kidx, nk, lo, limit, mrow, msk));
+    return select((float16)(-INFINITY), s, (int16)(kidx) + LANES16 < (int16)(nk));
+}
+
+/* The bias of one row for 16 keys from kidx (stride bsk: 1, or 0 broadcast; keys past nk 0). */
+static inline float16 bias16(__global const float *brow, int kidx, int nk, int bsk)
+{
+    if (bsk == 1 && kidx + 16 <= nk)
+        return vload16(0, brow + kidx);
+    float t[16];
+    for (int i = 0; i < 16; i++)
+        t[i] = kidx + i < nk ? brow[bsk * (kidx + i)] : 0.0f;
+    return vload16(0, t);
+}
+
+/* max without fmax's NaN bookkeeping (scores are never NaN unless the inputs are) */
+static inline float16 max16(float16 a, float16 b)
+{
+    return select(a, b, b > a);
+}
+
+static inline float hmax16(float16 v)
+{
+    /* the upper half by components: Oclgrind 21.10 takes lane 11 of .hi for undefined */
+    float8 hi = (float8)(v.s8, v.s9, v.sa, v.sb, v.sc, v.sd, v.se, v.sf);
+    float8 a = select(v.lo, hi, hi > v.lo);
+    float4 b = select(a.lo, a.hi, a.hi > a.lo);
+    float2 c = select(b.lo, b.hi, b.hi > b.lo);
+    return c.y > c.x ? c.y : c.x;
+}
+
+static inline float hsum16(float16 v)
+{
+    float8 a = v.lo + (float8)(v.s8, v.s9, v.sa, v.sb, v.sc, v.sd, v.se, v.sf); /* see hmax16 */
+    float4 b = a.lo + a.hi;
+    return (b.x + b.y) + (b.z + b.w);
+}
+
+/* p * dscale where element e of the dropout stream is kept, else p * 0 (NaN stays NaN, as in
+ * dropout.cl). */
+static inline float16 drop16(float16 p, ulong e, uint2 seed, uint2 offset, uint threshold, float dscale)
+{
+    float t[16];
+    vstore16(p, 0, t);
+    for (int i = 0; i < 16; i++)
+        t[i] *= clattn_dropout_keep(e + (ulong)i, seed, offset, threshold) ? dscale : 0.0f;
+    return vload16(0, t);
+}
+
+/* 2^x for x <= 0 (the scores minus their running max, in log2 units; -inf for padding keys), as
+ * common.cl's CLATTN_EXP2_NEG. */
+static inline float16 exp2_neg16(float16 x)
+{
+    CLATTN_EXP2_NEG(float16, int16)
+}
+
+#endif
