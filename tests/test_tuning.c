@@ -17,6 +17,7 @@
 #define SM_RTOL 1e-5
 #define SM_ATOL 1e-9
 #define OUT_TOL 1e-4
+#define GRAD_TOL 1e-5 /* as tests/test_backward.c: of the sum of each gradient's terms' sizes */
 
 /* ---- refused and accepted at context creation ---- */
 
@@ -331,6 +332,12 @@ static const fz_variant fz_variants[] = {
       {"BK", "1,2,7,16,32,64,256,257"},
       {"LOOPS", "0,1,1000,9000,20000,40000,65023,1073741824,1073741825"}}},
     {"attention", "unfused", {{NULL, NULL}}},
+    {"backward", "cpu",
+     {{"QR", "1,2,3,6,8,16,17,0"},
+      {"KB", "16,32,48,64,128,8,24,272"},
+      {"VC", "16,32,48,64,128,8,20,272"},
+      {"CH", "0,1,2,3,5,4096,4097"}}},
+    {"backward", "unfused", {{NULL, NULL}}},
 };
 static const char *const fz_junk[] = {"0", "-1", "-16", "2147483648", "99999999999999999999",
                                       "abc", "", "+8", "0x10", "8 ", "1e3"};
@@ -593,6 +600,72 @@ static void battery_attention(const clattn_tuning *t, int cheap)
     free(got);
 }
 
+/* The attention backward with the forward's out and LSE (the fused path under backward=cpu),
+ * every gradient, against the double reference. Head sizes stay small unless `cheap` is 0, as
+ * in battery_attention. */
+static void battery_backward(const clattn_tuning *t, int cheap)
+{
+    static const int sizes[] = {1, 17, 64, 100};
+    int QR = clattn__tune_int(t, "QR", 0), KB = clattn__tune_int(t, "KB", 0);
+    int top = cheap && QR * (KB / 16) > 64 ? 1 : 3;
+    int d = sizes[h_randint(0, top)], dv = sizes[h_randint(0, top)];
+    int nb = h_randint(1, 3), nq = h_randint(1, 40), nk = h_randint(1, 150);
+    size_t qd[3] = {(size_t)nb, (size_t)nq, (size_t)d}, kd[3] = {(size_t)nb, (size_t)nk,
+                                                              (size_t)d};
+    size_t vd[3] = {(size_t)nb, (size_t)nk, (size_t)dv}, od[3] = {(size_t)nb, (size_t)nq,
+                                                               (size_t)dv};
+    size_t sd[3] = {(size_t)nb, (size_t)nq, (size_t)nk};
+    size_t qn = (size_t)nb * nq * d, kn = (size_t)nb * nk * d, vn = (size_t)nb * nk * dv;
+    size_t on = (size_t)nb * nq * dv, sn = (size_t)nb * nq * nk;
+    float *q = malloc(qn * 4), *k = malloc(kn * 4), *v = malloc(vn * 4), *g = malloc(on * 4);
+    h_fill(q, qn, -1, 1);
+    h_fill(k, kn, -1, 1);
+    h_fill(v, vn, -1, 1);
+    h_fill(g, on, -1, 1);
+    h_mask_spec spec = random_mask(3, sd);
+    h_mask hm;
+    h_mask_make(&hm, &spec, 3, sd);
+    clattn_tensor tq = h_tensor(CLATTN_FLOAT32, 3, qd, q), tk = h_tensor(CLATTN_FLOAT32, 3, kd, k);
+    clattn_tensor tv = h_tensor(CLATTN_FLOAT32, 3, vd, v), tg = h_tensor(CLATTN_FLOAT32, 3, od, g);
+    clattn_tensor to = h_tensor(CLATTN_FLOAT32, 3, od, NULL);
+    clattn_tensor tl = h_tensor(CLATTN_FLOAT32, 2, sd, NULL);
+    guarded gq = guarded_make(3, qd), gk = guarded_make(3, kd), gv = guarded_make(3, vd);
+    clattn_attention_opts opts;
+    memset(&opts, 0, sizeof opts);
+    opts.mask = hm.m;
+    opts.lse = &tl;
+    clattn_attention_grads gr = {&gq.view, &gk.view, &gv.view, NULL};
+    char what[512];
+    snprintf(what, sizeof what, "CLATTN_TUNE=%s, attention backward batch %d Q=%d K=%d d=%d "
+             "dv=%d lens %d mask rank %d causal %d", cur_tune, nb, nq, nk, d, dv, spec.lens,
+             spec.mask_rank, spec.causal);
+    if (clattn_dot_product_attention(h_ctx, &tq, &tk, &tv, &opts, &to, NULL) != CLATTN_SUCCESS ||
+        clattn_dot_product_attention_backward(h_ctx, &tq, &tk, &tv, &opts, &to, &tg, &gr) !=
+            CLATTN_SUCCESS)
+        fail_msg("%s: %s", what, clattn_last_error(h_ctx));
+    double *qx = ref_to_double(q, qn), *kx = ref_to_double(k, kn), *vx = ref_to_double(v, vn);
+    double *gx = ref_to_double(g, on), *rq = malloc(qn * 8), *rk = malloc(kn * 8);
+    double *rv = malloc(vn * 8), *rs = malloc(sn * 8), *sq = malloc(qn * 8);
+    double *sk = malloc(kn * 8), *sv = malloc(vn * 8), *ss = malloc(sn * 8);
+    ref_attention_backward(&hm.r, d, dv, qx, kx, vx, 1.0 / sqrt((double)d), NULL, gx, rq, rk, rv,
+                           rs, sq, sk, sv, ss);
+    float *got[3] = {guarded_read(&gq, what), guarded_read(&gk, what), guarded_read(&gv, what)};
+    const double *ref[3] = {rq, rk, rv}, *sc[3] = {sq, sk, sv};
+    size_t n[3] = {qn, kn, vn};
+    for (int i = 0; i < 3; i++) {
+        h_assert_scaled(got[i], ref[i], sc[i], n[i], GRAD_TOL, what);
+        free(got[i]);
+    }
+    clattn_tensor *ts[] = {&tq, &tk, &tv, &tg, &to, &tl};
+    for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
+        clattn_tensor_release(ts[i]);
+    h_mask_free(&hm);
+    double *fr[] = {qx, kx, vx, gx, rq, rk, rv, rs, sq, sk, sv, ss};
+    for (size_t i = 0; i < sizeof fr / sizeof fr[0]; i++)
+        free(fr[i]);
+    free(q); free(k); free(v); free(g);
+}
+
 /* 1 when the override string has an entry for op. */
 static int names_op(const char *tuning, const char *op)
 {
@@ -617,6 +690,10 @@ static void run_battery(clattn_context *c, const char *tuning, int cheap)
     if (names_op(tuning, "attention")) {
         assert_int_equal(clattn__tune(c, "attention", &t), CLATTN_SUCCESS);
         battery_attention(&t, cheap);
+    }
+    if (names_op(tuning, "backward")) {
+        assert_int_equal(clattn__tune(c, "backward", &t), CLATTN_SUCCESS);
+        battery_backward(&t, cheap);
     }
     h_ctx = saved;
 }
