@@ -44,6 +44,9 @@
 #endif
 #define NKV (KB / 16)
 #define NVC (VC / 16) /* 16-column vectors per pass over a row */
+/* The tile helpers take register arrays: not inlined (PoCL 3.1 left bwd_rank_update a call),
+ * those live in memory and every use is a load. */
+#define BWD_INLINE static inline __attribute__((always_inline))
 
 #define FLASH_MASK_PARAMS                                                                        \
     int D1, int G, __global const int *lens, int lens_off, int lens_mode,                       \
@@ -169,7 +172,7 @@ __kernel void flash_bwd_reduce(__global const float *part, int part_off, int nch
 
 /* t[r] = the QR rows rp[r] (n floats each) times the block's (n, KB) panel: the QR x KB tile of
  * products in registers, each row broadcast one element at a time. */
-static inline void bwd_panel(float16 t[QR][NKV], __global const float *rp[QR],
+BWD_INLINE void bwd_panel(float16 t[QR][NKV], __global const float *rp[QR],
                              __global const float *panel, int n)
 {
     #pragma unroll
@@ -193,16 +196,18 @@ static inline void bwd_panel(float16 t[QR][NKV], __global const float *rp[QR],
 }
 
 /* acc (kn rows dp apart, from column c0) += sum over rows r of w[r][k] x[r] for each key k < kn:
- * a rank-QR update with the rows' NVC vectors x in registers. */
-static inline void bwd_rank_update(__global float *acc, int dp, int kn, int c0,
+ * a rank-QR update with the rows' NVC vectors x in registers. acc + c0 and dp: multiples of 16
+ * floats from a 64-byte boundary (float16's alignment). */
+BWD_INLINE void bwd_rank_update(__global float *acc, int dp, int kn, int c0,
                                    float16 w[QR][NKV], float16 x[QR][NVC])
 {
     for (int k = 0; k < kn; k++) {
-        __global float *dst = acc + (size_t)k * dp + c0;
+        /* float16 pointers, not vstore16: PoCL 3.1 splits vstore16 into four 128-bit stores */
+        __global float16 *dst = (__global float16 *)(acc + (size_t)k * dp + c0);
         float16 a[NVC];
         #pragma unroll
         for (int c = 0; c < NVC; c++)
-            a[c] = vload16(c, dst);
+            a[c] = dst[c];
         #pragma unroll
         for (int r = 0; r < QR; r++) {
             float16 wv = (float16)(((const float *)w[r])[k]);
@@ -212,12 +217,12 @@ static inline void bwd_rank_update(__global float *acc, int dp, int kn, int c0,
         }
         #pragma unroll
         for (int c = 0; c < NVC; c++)
-            vstore16(a[c], c, dst);
+            dst[c] = a[c];
     }
 }
 
 /* x[r] = the NVC vectors from column c0 of the QR rows (zero past n and in rows r >= nr) */
-static inline void bwd_rows(float16 x[QR][NVC], __global const float *rp[QR], int nr, int c0,
+BWD_INLINE void bwd_rows(float16 x[QR][NVC], __global const float *rp[QR], int nr, int c0,
                             int n)
 {
     #pragma unroll
@@ -230,7 +235,8 @@ static inline void bwd_rows(float16 x[QR][NVC], __global const float *rp[QR], in
 /* The gradients, one work-item per (chunk, K/V batch) (see the top of the file). pk, kbad:
  * flash_bwd_pack's; rows: flash_bwd_rows'; lse at lse_off + bb nq + q. acc: the item's dK and
  * dV rows of one block, (KB, dp) then (KB, dvp) floats at acc_off + item (dp + dvp) KB (dp, dvp:
- * d and dv rounded up to VC), copied to dK and dV once the block is done. dQ: layout dql, chunk
+ * d and dv rounded up to VC; acc_off a multiple of 16), copied to dK and dV once the block is
+ * done. dQ: layout dql, chunk
  * c's rows dq_cs elements after chunk c - 1's (the partials, or dQ itself for one chunk). want:
  * 1 dQ, 2 dK, 4 dV (the others' pointers are not used). */
 __kernel void flash_bwd_cpu(__global const float *Q, int4 ql, __global const float *pk,

@@ -44,13 +44,16 @@ clattn_status clattn__enqueue_flash_backward(clattn_context *ctx, const clattn_t
     size_t nkb = a.nbkv * (size_t)nblk * KB, nrows = (size_t)nb * a.nq;
     size_t nacc = (size_t)nchunk * a.nbkv * (size_t)(dp + dvp) * KB;
     size_t npart = nchunk > 1 && (want & 1) ? nchunk * nrows * d : 0;
-    size_t total = npk + nkb + 2 * nrows + nacc + npart;
+    size_t total = npk + nkb + 2 * nrows + 16 + nacc + npart;
     CHECK(ctx, total <= (size_t)INT32_MAX, CLATTN_ERROR_UNSUPPORTED,
           "attention backward: %zu elements of packed K and V and row sums exceed 32-bit "
           "indexing", total);
     CHECK_ST(clattn__scratch(ctx, CLATTN_SCRATCH_ATTN, total * 4, &buf));
     int kb_off = (int)npk, d_off = (int)(npk + nkb), bad_off = d_off + (int)nrows;
-    int acc_off = bad_off + (int)nrows, part_off = acc_off + (int)nacc;
+    /* the accumulators on 64 bytes (a buffer's base is on CL_DEVICE_MEM_BASE_ADDR_ALIGN, at
+     * least 128 bytes): the kernel reads and writes them as float16 */
+    int acc_off = (int)clattn__round_up((size_t)bad_off + nrows, 16);
+    int part_off = acc_off + (int)nacc;
     CHECK_ST(clattn__get_kernel(ctx, "flash_backward.cl", tune->defines, "flash_bwd_pack", &kp));
     CHECK_ST(clattn__get_kernel(ctx, "flash_backward.cl", tune->defines, "flash_bwd_rows", &kr));
     CHECK_ST(clattn__get_kernel(ctx, "flash_backward.cl", tune->defines, "flash_bwd_cpu", &kf));

@@ -1771,6 +1771,71 @@ static void bench_backward(bench *b)
     }
 }
 
+/* ---- the device's FMA peak: a ceiling for the GFLOP/s figures of the same run ---- */
+
+/* PEAK_CHAINS independent float16 FMA chains per work-item, enough to cover the FMA latency times
+ * the units of a core (4 cycles x 2 on Zen 4 and Skylake-X); one work-item per group and compute
+ * unit, as PoCL runs a group per thread. */
+#define PEAK_CHAINS 12
+#define PEAK_ITERS 10000000
+static const char peak_source[] =
+    "__kernel void fma_peak(__global float *out, int iters)\n"
+    "{\n"
+    "    float16 a[12], b = (float16)(0.9999f), c = (float16)(1e-6f);\n"
+    "    for (int j = 0; j < 12; j++)\n"
+    "        a[j] = (float16)((float)(get_global_id(0) + j));\n"
+    "    for (int i = 0; i < iters; i++) {\n"
+    "        #pragma unroll\n"
+    "        for (int j = 0; j < 12; j++)\n"
+    "            a[j] = fma(a[j], b, c);\n"
+    "    }\n"
+    "    float16 s = (float16)(0.0f);\n"
+    "    for (int j = 0; j < 12; j++)\n"
+    "        s += a[j];\n"
+    "    out[get_global_id(0)] = s.s0 + s.sf;\n"
+    "}\n";
+
+typedef struct {
+    cl_kernel k;
+    size_t items;
+} peak_case;
+
+static int peak_run(bench *b, void *arg)
+{
+    peak_case *c = arg;
+    size_t lws = 1;
+    return clEnqueueNDRangeKernel(b->queue, c->k, 1, NULL, &c->items, &lws, 0, NULL, NULL) !=
+           CL_SUCCESS;
+}
+
+static void bench_peak(bench *b)
+{
+    cl_int err;
+    cl_context cl = clattn_context_cl(b->ctx);
+    cl_device_id dev = clattn_context_device(b->ctx);
+    const char *src = peak_source;
+    cl_uint cu = 1;
+    clGetDeviceInfo(dev, CL_DEVICE_MAX_COMPUTE_UNITS, sizeof cu, &cu, NULL);
+    cl_program prog = clCreateProgramWithSource(cl, 1, &src, NULL, &err);
+    if (err != CL_SUCCESS || clBuildProgram(prog, 1, &dev, "-cl-std=CL1.2", NULL, NULL) !=
+                                 CL_SUCCESS)
+        die("peak: the FMA kernel does not build");
+    peak_case c = {clCreateKernel(prog, "fma_peak", &err), cu};
+    cl_mem out = clCreateBuffer(cl, CL_MEM_READ_WRITE, 4 * (size_t)cu, NULL, &err);
+    cl_int iters = PEAK_ITERS;
+    if (!c.k || !out || clSetKernelArg(c.k, 0, sizeof out, &out) != CL_SUCCESS ||
+        clSetKernelArg(c.k, 1, sizeof iters, &iters) != CL_SUCCESS)
+        die("peak: cannot set up the FMA kernel");
+    char name[48];
+    snprintf(name, sizeof name, "%u items x %d chains", cu, PEAK_CHAINS);
+    double flop = 2.0 * 16 * PEAK_CHAINS * (double)PEAK_ITERS * cu;
+    bench_record(b, name, "float16 FMA loop", 0, 1e-9 * flop, "GFLOP/s",
+                 bench_time(b, peak_run, &c, 1), 0);
+    clReleaseMemObject(out);
+    clReleaseKernel(c.k);
+    clReleaseProgram(prog);
+}
+
 /* ---- d2l's MaskedSoftmaxCELoss, forward and backward ---- */
 
 #define LOSS_B 64
@@ -1930,6 +1995,9 @@ static const bench_section sections[] = {
      bench_mha},
     {"additive", "additive attention, batch 4, 256 x 256, hidden 64, sizes 64, valid lengths",
      bench_additive},
+    {"peak", "the device's FMA peak: independent float16 FMA chains, one work-item per compute "
+             "unit (the ceiling for GFLOP/s figures of the same run)",
+     bench_peak},
     {"backward", "dot-product attention backward (dQ, dK, dV), 16 heads, d 64, N from --attn-n, "
                  "plain and causal: GFLOP/s = 10 H N^2 d / time (FlashAttention-2's count)",
      bench_backward},
