@@ -277,6 +277,12 @@ typedef struct {
      * (Q, K) tensor exists, and the fused path is kept. Decoding takes it too (Q = the new rows,
      * K = each sequence's keys). */
     const clattn_tensor *alibi_slopes;
+    /* Multi-head attention only (NULL elsewhere, else an error): a float32 tensor of exactly
+     * clattn_mha_saved_numel elements. clattn_multihead_attention writes there what its backward
+     * needs (the three projections, the heads' concatenated output and the rows' LSE), and
+     * clattn_multihead_attention_backward, given the same tensor with the same inputs, weights
+     * and opts, reads them instead of computing the forward again. */
+    const clattn_tensor *saved;
 } clattn_attention_opts;
 
 /* out = dropout(masked_softmax(Q K^T * scale)) V for Q (.., Q, d), K (.., K, d), V (.., K, dv),
@@ -397,6 +403,11 @@ typedef struct {
     int num_kv_heads;
 } clattn_mha_weights;
 
+/* The elements of multi-head attention's opts.saved for these queries (B, Q, .), keys (B, K, .)
+ * and weights: 2 B Q hidden + 2 B K kv_hidden + B num_heads Q; 0 when an argument is NULL. */
+CLATTN_API size_t clattn_mha_saved_numel(const clattn_tensor *queries, const clattn_tensor *keys,
+                                         const clattn_mha_weights *w);
+
 /* queries (B, Q, q_size), keys (B, K, k_size), values (B, K, v_size) -> out (B, Q, out_size);
  * weights (B, H, Q, K) per head or NULL. valid_lens (B) or (B, Q) repeat over the heads; a mask
  * tensor broadcasts to (B, H, Q, K). One chain of enqueued kernels, intermediates in the context's
@@ -494,10 +505,10 @@ typedef struct {
 
 /* The gradients of clattn_multihead_attention from its inputs, weights (num_kv_heads too) and
  * opts (the mask, bias and dropout: the same p, seed and offset redraw the forward's mask), and
- * dout (B, Q, out_size). The forward's projections and attention output are computed again
- * (three projections and a fused attention that keeps its LSE, in the context's scratch), then
- * W_o, the attention (clattn_dot_product_attention_backward with that out and LSE) and the
- * projections go backward. float32. */
+ * dout (B, Q, out_size). With opts.saved the forward's projections, attention output and LSE are
+ * read from it; without, they are computed again (three projections and a fused attention, in
+ * the context's scratch). Then W_o, the attention (clattn_dot_product_attention_backward with
+ * that out and LSE) and the projections go backward. float32. */
 CLATTN_API clattn_status clattn_multihead_attention_backward(clattn_context *ctx,
                                                              const clattn_tensor *queries,
                                                              const clattn_tensor *keys,

@@ -61,6 +61,8 @@ clattn_status clattn__resolve_opts(clattn_context *ctx, const clattn_attention_o
     clattn_arg all[5]; /* outs (at most four: a backward's gradients) and the lse */
     *drop = opts ? &opts->dropout : NULL;
     *lse = opts ? opts->lse : NULL;
+    CHECK(ctx, !opts || !opts->saved, CLATTN_ERROR_INVALID_ARGUMENT,
+          "opts.saved: only multi-head attention and its backward take it (NULL here)");
     CHECK_ST(clattn__check_dropout(ctx, *drop, "opts.dropout"));
     if (*lse)
         CHECK_ST(check_lse(ctx, *lse, rank, sdims, ins, nins, outs, nouts));

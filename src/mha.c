@@ -47,6 +47,52 @@ static void mha_inputs(const clattn_tensor *q, const clattn_tensor *k, const cla
     memcpy(ins, all, sizeof all);
 }
 
+/* opts.saved's layout, in elements from its offset: the projections (B, Q, hid), (B, K, kvhid)
+ * twice, one after another as the forward's scratch holds them, the heads' concatenated output
+ * (B, Q, hid) and the rows' LSE (B, H, Q). */
+typedef struct {
+    size_t qp, kp, vp, cat, lse, total;
+} mha_saved_layout;
+
+static mha_saved_layout saved_layout(size_t B, size_t nq, size_t nk, size_t H, size_t hid,
+                                     size_t kvhid)
+{
+    mha_saved_layout l;
+    l.qp = 0;
+    l.kp = B * nq * hid;
+    l.vp = l.kp + B * nk * kvhid;
+    l.cat = l.vp + B * nk * kvhid;
+    l.lse = l.cat + B * nq * hid;
+    l.total = l.lse + B * H * nq;
+    return l;
+}
+
+size_t clattn_mha_saved_numel(const clattn_tensor *queries, const clattn_tensor *keys,
+                              const clattn_mha_weights *w)
+{
+    if (!queries || !keys || !w || !w->W_q || !w->W_k || queries->ndim != 3 || keys->ndim != 3 ||
+        w->W_q->ndim != 2 || w->W_k->ndim != 2 || w->num_heads <= 0)
+        return 0;
+    return saved_layout(queries->dims[0], queries->dims[1], keys->dims[1],
+                        (size_t)w->num_heads, w->W_q->dims[0], w->W_k->dims[0])
+        .total;
+}
+
+/* opts.saved, when given: float32 of exactly the layout's elements, overlapping none of args */
+static clattn_status check_saved(clattn_context *ctx, const clattn_tensor *saved,
+                                 const mha_saved_layout *l, const clattn_arg *args, int nargs)
+{
+    clattn_status st = CLATTN_SUCCESS;
+    CHECK_ST(clattn__check_tensor(ctx, saved, "opts.saved", CLATTN_FLOAT32, 1, 4));
+    CHECK(ctx, clattn_tensor_numel(saved) == l->total, CLATTN_ERROR_SHAPE_MISMATCH,
+          "opts.saved: %zu elements, expected %zu (clattn_mha_saved_numel)",
+          clattn_tensor_numel(saved), l->total);
+    const clattn_arg me[1] = {{saved, "opts.saved"}};
+    CHECK_ST(clattn__check_no_overlap(ctx, me, 1, args, nargs));
+fail:
+    return st;
+}
+
 /* hid: W_q's rows (num_heads x dh); kvhid: W_k's and W_v's (num_kv_heads x dh). */
 static clattn_status check_mha(clattn_context *ctx, const clattn_tensor *q, const clattn_tensor *k,
                                const clattn_tensor *v, const clattn_mha_weights *w,
@@ -176,8 +222,27 @@ clattn_status clattn_multihead_attention(clattn_context *ctx, const clattn_tenso
     float scale = (float)(1.0 / sqrt((double)dh));
     size_t sdims[4] = {B, H, nq, nk};
     const clattn_dropout_params *drop;
-    const clattn_tensor *lse;
-    CHECK_ST(clattn__resolve_opts(ctx, opts, 4, sdims, ins, MHA_NINS, outs, 2, &m, &drop, &lse));
+    const clattn_tensor *lse, *saved = opts ? opts->saved : NULL;
+    clattn_attention_opts o; /* opts without saved, which only this op and its backward take */
+    if (opts) {
+        o = *opts;
+        o.saved = NULL;
+    }
+    CHECK_ST(clattn__resolve_opts(ctx, opts ? &o : NULL, 4, sdims, ins, MHA_NINS, outs, 2, &m,
+                                  &drop, &lse));
+    mha_saved_layout sl = saved_layout(B, nq, nk, H, hid, kvhid);
+    clattn_tensor slse; /* with saved, the attention's LSE goes there (and then to opts.lse) */
+    if (saved) {
+        clattn_arg all[MHA_NINS + 3];
+        memcpy(all, ins, sizeof ins);
+        all[MHA_NINS] = outs[0];
+        all[MHA_NINS + 1] = outs[1];
+        all[MHA_NINS + 2] = (clattn_arg){lse, "opts.lse"};
+        CHECK_ST(check_saved(ctx, saved, &sl, all, MHA_NINS + 3));
+        slse = clattn_view(saved->buf, CLATTN_FLOAT32, saved->offset + sl.lse, 3,
+                           (size_t[]){B, H, nq});
+    }
+    const clattn_tensor *lse_to = saved ? &slse : lse;
     CHECK_ST(clattn__tune(ctx, "attention", &att));
     int fused = !weights && clattn__flash_supports(&att, dh, dh);
     mha_layout l = layout(B, nq, nk, hid, kvhid, fused);
@@ -191,13 +256,25 @@ clattn_status clattn_multihead_attention(clattn_context *ctx, const clattn_tenso
     CHECK_ST(clattn__enqueue_matmul(ctx, queries, 0, w->W_q, 1, 1.0f, 0.0f, w->b_q, &qp));
     CHECK_ST(clattn__enqueue_matmul(ctx, keys, 0, w->W_k, 1, 1.0f, 0.0f, w->b_k, &kp));
     CHECK_ST(clattn__enqueue_matmul(ctx, values, 0, w->W_v, 1, 1.0f, 0.0f, w->b_v, &vp));
+    if (saved) /* the three projections, contiguous in scratch as in saved */
+        CHECK_ST(clattn__copy(ctx, buf, l.qp * 4, saved->buf, (saved->offset + sl.qp) * 4,
+                              sl.cat * 4, "opts.saved (projections)"));
     if (fused)
-        CHECK_ST(heads_fused(ctx, &att, buf, &l, nq, nk, hid, kvhid, dh, &m, drop, scale, lse));
+        CHECK_ST(heads_fused(ctx, &att, buf, &l, nq, nk, hid, kvhid, dh, &m, drop, scale,
+                             lse_to));
     else
         CHECK_ST(heads_unfused(ctx, buf, &l, B, H, Hkv, nq, nk, dh, &m, drop, scale, weights,
-                               lse));
+                               lse_to));
     clattn_tensor concat = clattn_view(buf, CLATTN_FLOAT32, fused ? l.qh : l.qp, 3,
                                        (size_t[]){B, nq, hid});
+    if (saved) {
+        CHECK_ST(clattn__copy(ctx, buf, concat.offset * 4, saved->buf,
+                              (saved->offset + sl.cat) * 4, (sl.lse - sl.cat) * 4,
+                              "opts.saved (attention output)"));
+        if (lse)
+            CHECK_ST(clattn__copy(ctx, saved->buf, (saved->offset + sl.lse) * 4, lse->buf,
+                                  lse->offset * 4, (sl.total - sl.lse) * 4, "opts.lse"));
+    }
     CHECK_ST(clattn__enqueue_matmul(ctx, &concat, 0, w->W_o, 1, 1.0f, 0.0f, w->b_o, out));
 fail:
     clattn__mask_release(&m);
@@ -303,12 +380,30 @@ fail:
     return st;
 }
 
+/* The heads of the forward's saved projections and attention output, where mha_recompute leaves
+ * them. */
+static clattn_status saved_heads(clattn_context *ctx, const clattn_tensor *saved,
+                                 const mha_saved_layout *sl, cl_mem buf, const mha_bwd_layout *l,
+                                 size_t B, size_t nq, size_t nk, size_t H, size_t Hkv, size_t dh)
+{
+    clattn_status st = CLATTN_SUCCESS;
+    int b = (int)B, h = (int)H, hkv = (int)Hkv, d = (int)dh;
+    size_t o = saved->offset;
+    CHECK_ST(clattn__enqueue_heads(ctx, saved->buf, o + sl->qp, buf, l->qh, b, (int)nq, h, d, 1));
+    CHECK_ST(clattn__enqueue_heads(ctx, saved->buf, o + sl->kp, buf, l->kh, b, (int)nk, hkv, d, 1));
+    CHECK_ST(clattn__enqueue_heads(ctx, saved->buf, o + sl->vp, buf, l->vh, b, (int)nk, hkv, d, 1));
+    CHECK_ST(clattn__enqueue_heads(ctx, saved->buf, o + sl->cat, buf, l->oh, b, (int)nq, h, d, 1));
+fail:
+    return st;
+}
+
 /* out = cat W_o^T + b_o back to the heads, the attention back to its q/k/v heads, the heads back
  * to the projections, and each projection back to its input and weights. */
 static clattn_status mha_chain(clattn_context *ctx, const clattn_tensor *q, const clattn_tensor *k,
                                const clattn_tensor *v, const clattn_mha_weights *w,
                                const clattn_tensor *dout, const clattn_mha_grads *g, cl_mem buf,
-                               const mha_bwd_layout *l, size_t H, size_t Hkv, size_t dh,
+                               const mha_bwd_layout *l, const clattn_tensor *cat,
+                               const clattn_tensor *lse, size_t H, size_t Hkv, size_t dh,
                                const clattn_mask_args *m, const clattn_dropout_params *drop,
                                float scale)
 {
@@ -319,8 +414,6 @@ static clattn_status mha_chain(clattn_context *ctx, const clattn_tensor *q, cons
     clattn_tensor kh = clattn_view(buf, CLATTN_FLOAT32, l->kh, 4, (size_t[]){B, Hkv, nk, dh});
     clattn_tensor vh = clattn_view(buf, CLATTN_FLOAT32, l->vh, 4, (size_t[]){B, Hkv, nk, dh});
     clattn_tensor oh = clattn_view(buf, CLATTN_FLOAT32, l->oh, 4, (size_t[]){B, H, nq, dh});
-    clattn_tensor lse = clattn_view(buf, CLATTN_FLOAT32, l->lse, 3, (size_t[]){B, H, nq});
-    clattn_tensor cat = clattn_view(buf, CLATTN_FLOAT32, l->cat, 3, (size_t[]){B, nq, hid});
     clattn_tensor dcat = clattn_view(buf, CLATTN_FLOAT32, l->dcat, 3, (size_t[]){B, nq, hid});
     clattn_tensor doh = clattn_view(buf, CLATTN_FLOAT32, l->doh, 4, (size_t[]){B, H, nq, dh});
     clattn_tensor dqh = clattn_view(buf, CLATTN_FLOAT32, l->dqh, 4, (size_t[]){B, H, nq, dh});
@@ -331,13 +424,13 @@ static clattn_status mha_chain(clattn_context *ctx, const clattn_tensor *q, cons
     clattn_tensor dvp = clattn_view(buf, CLATTN_FLOAT32, l->dvp, 3, (size_t[]){B, nk, kvhid});
     int need_q = g->dqueries || g->dW_q || g->db_q, need_k = g->dkeys || g->dW_k || g->db_k;
     int need_v = g->dvalues || g->dW_v || g->db_v;
-    CHECK_ST(clattn__enqueue_linear_backward(ctx, &cat, w->W_o, dout, &dcat, g->dW_o, g->db_o));
+    CHECK_ST(clattn__enqueue_linear_backward(ctx, cat, w->W_o, dout, &dcat, g->dW_o, g->db_o));
     if (!need_q && !need_k && !need_v && !g->dbias)
         return CLATTN_SUCCESS;
     CHECK_ST(clattn__enqueue_heads(ctx, buf, l->dcat, buf, l->doh, b, (int)nq, h, d, 1));
     clattn_attention_grads ag = {need_q ? &dqh : NULL, need_k ? &dkh : NULL,
                                  need_v ? &dvh : NULL, g->dbias};
-    CHECK_ST(clattn__attention_backward(ctx, &qh, &kh, &vh, m, drop, scale, &oh, &lse, &doh,
+    CHECK_ST(clattn__attention_backward(ctx, &qh, &kh, &vh, m, drop, scale, &oh, lse, &doh,
                                         &ag));
     if (need_q) {
         CHECK_ST(clattn__enqueue_heads(ctx, buf, l->dqh, buf, l->dqp, b, (int)nq, h, d, 0));
@@ -393,9 +486,20 @@ clattn_status clattn_multihead_attention_backward(clattn_context *ctx,
     float scale = (float)(1.0 / sqrt((double)dh));
     size_t sdims[4] = {B, H, nq, nk};
     const clattn_dropout_params *drop;
-    const clattn_tensor *lse;
-    CHECK_ST(clattn__resolve_opts(ctx, opts, 4, sdims, ins, MHA_NINS + 1, d + 11, 1, &m, &drop,
-                                  &lse));
+    const clattn_tensor *lse, *saved = opts ? opts->saved : NULL;
+    clattn_attention_opts o; /* opts without saved, which only this op and its forward take */
+    if (opts) {
+        o = *opts;
+        o.saved = NULL;
+    }
+    CHECK_ST(clattn__resolve_opts(ctx, opts ? &o : NULL, 4, sdims, ins, MHA_NINS + 1, d + 11, 1,
+                                  &m, &drop, &lse));
+    mha_saved_layout sl = saved_layout(B, nq, nk, H, hid, kvhid);
+    if (saved) { /* an input: no gradient may overlap it */
+        const clattn_arg me[1] = {{saved, "opts.saved"}};
+        CHECK_ST(check_saved(ctx, saved, &sl, ins, MHA_NINS + 1));
+        CHECK_ST(clattn__check_no_overlap(ctx, d, MHA_NGRADS, me, 1));
+    }
     if (opts) { /* no gradient may overlap the mask's tensors or the slopes either */
         const clattn_arg mins[4] = {{opts->mask.valid_lens, "opts.mask.valid_lens"},
                                     {opts->mask.mask, "opts.mask.mask"},
@@ -408,9 +512,21 @@ clattn_status clattn_multihead_attention_backward(clattn_context *ctx,
           "multihead_attention_backward: %zu elements of intermediates exceed 32-bit indexing",
           l.total);
     CHECK_ST(clattn__scratch(ctx, CLATTN_SCRATCH_MODULE, l.total * 4, &buf));
-    CHECK_ST(mha_recompute(ctx, queries, keys, values, w, buf, &l, H, Hkv, dh, &m, drop, scale));
-    CHECK_ST(mha_chain(ctx, queries, keys, values, w, dout, g, buf, &l, H, Hkv, dh, &m, drop,
-                       scale));
+    clattn_tensor cat, lse_in;
+    if (saved) {
+        CHECK_ST(saved_heads(ctx, saved, &sl, buf, &l, B, nq, nk, H, Hkv, dh));
+        cat = clattn_view(saved->buf, CLATTN_FLOAT32, saved->offset + sl.cat, 3,
+                          (size_t[]){B, nq, hid});
+        lse_in = clattn_view(saved->buf, CLATTN_FLOAT32, saved->offset + sl.lse, 3,
+                             (size_t[]){B, H, nq});
+    } else {
+        CHECK_ST(mha_recompute(ctx, queries, keys, values, w, buf, &l, H, Hkv, dh, &m, drop,
+                               scale));
+        cat = clattn_view(buf, CLATTN_FLOAT32, l.cat, 3, (size_t[]){B, nq, hid});
+        lse_in = clattn_view(buf, CLATTN_FLOAT32, l.lse, 3, (size_t[]){B, H, nq});
+    }
+    CHECK_ST(mha_chain(ctx, queries, keys, values, w, dout, g, buf, &l, &cat, &lse_in, H, Hkv, dh,
+                       &m, drop, scale));
 fail:
     clattn__mask_release(&m);
     return st;

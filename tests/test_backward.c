@@ -936,7 +936,9 @@ static double mhb_loss(const double *unused, void *arg)
     return s;
 }
 
-static void run_mhb(const mhb_case *c)
+/* saved: the forward runs first and saves its projections, output and LSE in opts.saved, which
+ * the backward reads instead of computing the forward again. */
+static void run_mhb(const mhb_case *c, int saved)
 {
     int B = c->B, hid = c->H * c->dh, kvhid = c->Hkv * c->dh;
     size_t sd[4] = {(size_t)B, (size_t)c->H, (size_t)c->nq, (size_t)c->nk};
@@ -986,6 +988,17 @@ static void run_mhb(const mhb_case *c)
     memset(&opts, 0, sizeof opts);
     opts.mask = hm.m;
     opts.dropout = (clattn_dropout_params){c->p, 1, 99, 3};
+    clattn_tensor tsv = {0}, tout = {0};
+    if (saved) {
+        size_t n = clattn_mha_saved_numel(&t[P_Q], &t[P_K], &w);
+        tsv = h_tensor(CLATTN_FLOAT32, 1, H_DIMS(n), NULL);
+        tout = h_tensor(CLATTN_FLOAT32, 3, H_DIMS(B, c->nq, c->os), NULL);
+        h_poison(&tsv);
+        opts.saved = &tsv;
+        if (clattn_multihead_attention(h_ctx, &t[P_Q], &t[P_K], &t[P_V], &w, &opts, &tout, NULL) !=
+            CLATTN_SUCCESS)
+            fail_msg("multihead_attention (saving): %s", clattn_last_error(h_ctx));
+    }
     if (clattn_multihead_attention_backward(h_ctx, &t[P_Q], &t[P_K], &t[P_V], &w, &opts, &tdo,
                                             &g) != CLATTN_SUCCESS)
         fail_msg("multihead_attention_backward: %s", clattn_last_error(h_ctx));
@@ -1013,9 +1026,9 @@ static void run_mhb(const mhb_case *c)
             sc[j] = fabs(fd[a.at[i] + j]) + 1e-2 * gmax + noise / FD_TOL + 1e-30;
         float *got = h_read(&dt[i]);
         snprintf(what, sizeof what, "multi-head backward B %d Q %d K %d sizes %d/%d/%d H %d/%d dh "
-                 "%d out %d bias %d lens %d causal %d p %g: %s (finite differences)", B, c->nq,
+                 "%d out %d bias %d lens %d causal %d p %g%s: %s (finite differences)", B, c->nq,
                  c->nk, c->qs, c->ks, c->vs, c->H, c->Hkv, c->dh, c->os, c->bias, c->mask.lens,
-                 c->mask.causal, (double)c->p, names[i]);
+                 c->mask.causal, (double)c->p, saved ? " (forward saved)" : "", names[i]);
         h_assert_scaled(got, fd + a.at[i], sc, a.n[i], FD_TOL, what);
         free(got);
         free(sc);
@@ -1026,6 +1039,10 @@ static void run_mhb(const mhb_case *c)
             clattn_tensor_release(&dt[i]);
         }
     clattn_tensor_release(&tdo);
+    if (saved) {
+        clattn_tensor_release(&tsv);
+        clattn_tensor_release(&tout);
+    }
     h_mask_free(&hm);
     free(fd);
     free(xf);
@@ -1049,7 +1066,8 @@ static void test_mha_backward(void **s)
         {2, 3, 4, 4, 4, 4, 2, 1, 2, 3, 1, {.mask_rank = 2, .mask_dims = {3, 4}}, 0.4f},
     };
     for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++)
-        run_mhb(&cs[i]);
+        for (int saved = 0; saved < 2; saved++)
+            run_mhb(&cs[i], saved);
 }
 
 /* ---- additive attention ---- */
@@ -1256,6 +1274,77 @@ static void test_backward_tiles(void **s)
     }
 }
 
+/* opts.saved changes nothing the forward returns: out and opts.lse bit for bit those of a forward
+ * without it; the unfused forward (weights asked for) saves what the fused one does, within
+ * float32 rounding, and a backward reads either. */
+static void test_mha_saved(void **s)
+{
+    (void)s;
+    enum { B = 2, T = 9, E = 12, H = 3, HKV = 1, DH = 4 };
+    size_t nx = (size_t)B * T * E;
+    float *x = malloc(nx * 4), *wts = malloc(4 * E * E * 4);
+    h_fill(x, nx, -1, 1);
+    h_fill(wts, 4 * E * E, -0.5, 0.5);
+    clattn_tensor X = h_tensor(CLATTN_FLOAT32, 3, H_DIMS(B, T, E), x);
+    clattn_tensor Wq = h_tensor(CLATTN_FLOAT32, 2, H_DIMS(E, E), wts);
+    clattn_tensor Wk = h_tensor(CLATTN_FLOAT32, 2, H_DIMS(HKV * DH, E), wts + E * E);
+    clattn_tensor Wv = h_tensor(CLATTN_FLOAT32, 2, H_DIMS(HKV * DH, E), wts + 2 * E * E);
+    clattn_tensor Wo = h_tensor(CLATTN_FLOAT32, 2, H_DIMS(E, E), wts + 3 * E * E);
+    clattn_mha_weights w = {H, &Wq, &Wk, &Wv, &Wo, NULL, NULL, NULL, NULL, HKV};
+    size_t ns = clattn_mha_saved_numel(&X, &X, &w);
+    clattn_tensor out[3], lse[3], sv[2], wt = h_tensor(CLATTN_FLOAT32, 4, H_DIMS(B, H, T, T), NULL);
+    clattn_attention_opts opts;
+    memset(&opts, 0, sizeof opts);
+    opts.mask.causal = 1;
+    for (int i = 0; i < 3; i++) { /* 0: plain, 1: saved, 2: saved with the weights (unfused) */
+        out[i] = h_tensor(CLATTN_FLOAT32, 3, H_DIMS(B, T, E), NULL);
+        lse[i] = h_tensor(CLATTN_FLOAT32, 3, H_DIMS(B, H, T), NULL);
+        if (i)
+            sv[i - 1] = h_tensor(CLATTN_FLOAT32, 1, H_DIMS(ns), NULL);
+        opts.lse = &lse[i];
+        opts.saved = i ? &sv[i - 1] : NULL;
+        if (clattn_multihead_attention(h_ctx, &X, &X, &X, &w, &opts, &out[i], i == 2 ? &wt : NULL) !=
+            CLATTN_SUCCESS)
+            fail_msg("multihead_attention %d: %s", i, clattn_last_error(h_ctx));
+    }
+    float *o0 = h_read(&out[0]), *l0 = h_read(&lse[0]);
+    h_assert_bytes(&out[1], o0, "out of a saving forward");
+    h_assert_bytes(&lse[1], l0, "opts.lse of a saving forward");
+    float *a = h_read(&sv[0]), *b = h_read(&sv[1]);
+    double big = 0;
+    for (size_t i = 0; i < ns; i++)
+        big = fmax(big, fabs(a[i]));
+    for (size_t i = 0; i < ns; i++)
+        if (!(fabs((double)a[i] - b[i]) <= 1e-5 * big))
+            fail_msg("opts.saved[%zu]: %g by the fused forward, %g by the unfused one", i,
+                     (double)a[i], (double)b[i]);
+    clattn_tensor dout = h_tensor(CLATTN_FLOAT32, 3, H_DIMS(B, T, E), x);
+    clattn_tensor g[2];
+    for (int i = 0; i < 2; i++) {
+        g[i] = h_tensor(CLATTN_FLOAT32, 2, H_DIMS(E, E), NULL);
+        clattn_mha_grads mg = {0};
+        mg.dW_q = &g[i];
+        opts.lse = NULL;
+        opts.saved = &sv[i];
+        if (clattn_multihead_attention_backward(h_ctx, &X, &X, &X, &w, &opts, &dout, &mg) !=
+            CLATTN_SUCCESS)
+            fail_msg("multihead_attention_backward %d: %s", i, clattn_last_error(h_ctx));
+    }
+    float *g0 = h_read(&g[0]), *g1 = h_read(&g[1]);
+    big = 0;
+    for (int i = 0; i < E * E; i++)
+        big = fmax(big, fabs(g0[i]));
+    for (int i = 0; i < E * E; i++)
+        if (!(fabs((double)g0[i] - g1[i]) <= 1e-4 * big))
+            fail_msg("dW_q[%d]: %g from the fused forward's saved tensor, %g from the unfused one's",
+                     i, (double)g0[i], (double)g1[i]);
+    clattn_tensor *ts[] = {&X, &Wq, &Wk, &Wv, &Wo, &out[0], &out[1], &out[2], &lse[0], &lse[1],
+                           &lse[2], &sv[0], &sv[1], &wt, &dout, &g[0], &g[1]};
+    for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
+        clattn_tensor_release(ts[i]);
+    free(x); free(wts); free(o0); free(l0); free(a); free(b); free(g0); free(g1);
+}
+
 /* ---- the SGD update ---- */
 
 static void test_axpy(void **s)
@@ -1388,6 +1477,38 @@ static void test_bad_input(void **s)
     mg.dW_v = &W4;
     h_assert_error(clattn_multihead_attention_backward(h_ctx, &X, &X, &X, &mw, NULL, &X, &mg),
                    CLATTN_ERROR_INVALID_ARGUMENT, "grads.dW_v");
+    mg.dW_v = NULL;
+    /* opts.saved: its size (1*3*4 * 4 floats of projections and output, 1*2*3 of LSE) */
+    assert_int_equal(clattn_mha_saved_numel(&X, &X, &mw), 4 * 12 + 6);
+    assert_int_equal(clattn_mha_saved_numel(NULL, &X, &mw), 0);
+    clattn_tensor sv = h_tensor(CLATTN_FLOAT32, 1, H_DIMS(54), NULL);
+    clattn_tensor sv53 = h_tensor(CLATTN_FLOAT32, 1, H_DIMS(53), NULL);
+    clattn_tensor Y = h_tensor(CLATTN_FLOAT32, 3, H_DIMS(1, 3, 4), o);
+    clattn_attention_opts so;
+    memset(&so, 0, sizeof so);
+    so.saved = &sv53;
+    h_assert_error(clattn_multihead_attention_backward(h_ctx, &X, &X, &X, &mw, &so, &X, &mg),
+                   CLATTN_ERROR_SHAPE_MISMATCH,
+                   "opts.saved: 53 elements, expected 54 (clattn_mha_saved_numel)");
+    h_assert_error(clattn_multihead_attention(h_ctx, &X, &X, &X, &mw, &so, &Y, NULL),
+                   CLATTN_ERROR_SHAPE_MISMATCH, "opts.saved: 53 elements, expected 54");
+    h_assert_bytes(&Y, o, "out of a refused multi-head forward");
+    clattn_tensor svx = clattn_view(dX.buf, CLATTN_FLOAT32, 0, 1, H_DIMS(54));
+    so.saved = &svx; /* over dqueries' buffer (12 floats): too small, and overlapping */
+    h_assert_error(clattn_multihead_attention_backward(h_ctx, &X, &X, &X, &mw, &so, &X, &mg),
+                   CLATTN_ERROR_INVALID_TENSOR, "opts.saved");
+    clattn_tensor svo = clattn_view(Y.buf, CLATTN_FLOAT32, 0, 1, H_DIMS(12));
+    so.saved = &sv;
+    so.lse = &svo; /* the LSE of 6 rows would be (1, 2, 3): wrong shape */
+    h_assert_error(clattn_multihead_attention(h_ctx, &X, &X, &X, &mw, &so, &Y, NULL),
+                   CLATTN_ERROR_SHAPE_MISMATCH, "opts.lse");
+    so.lse = NULL;
+    clattn_mha_grads mgs = mg;
+    clattn_tensor dqs = clattn_view(sv.buf, CLATTN_FLOAT32, 6, 3, H_DIMS(1, 3, 4));
+    mgs.dqueries = &dqs; /* a gradient over the saved tensor */
+    h_assert_error(clattn_multihead_attention_backward(h_ctx, &X, &X, &X, &mw, &so, &X, &mgs),
+                   CLATTN_ERROR_INVALID_ARGUMENT, "opts.saved");
+    h_assert_bytes(&Y, o, "out of a refused multi-head forward");
     h_assert_bytes(&dX, o, "dqueries of a refused multi-head backward");
     h_assert_bytes(&dW4, o, "dW_q of a refused multi-head backward");
     /* dot-product: Q = K = V = X (1, 3, 4) */
@@ -1405,8 +1526,17 @@ static void test_bad_input(void **s)
     h_assert_error(clattn_dot_product_attention_backward(h_ctx, &X, &X, &X, NULL, NULL, &dX5, &ag),
                    CLATTN_ERROR_SHAPE_MISMATCH, "dout");
     h_assert_bytes(&dX, o, "dK of a refused attention backward");
+    ag.dK = NULL;
+    ag.dQ = &dX;
+    so.saved = &sv; /* multi-head attention's only */
+    h_assert_error(clattn_dot_product_attention_backward(h_ctx, &X, &X, &X, &so, NULL, &X, &ag),
+                   CLATTN_ERROR_INVALID_ARGUMENT, "opts.saved: only multi-head attention");
+    h_assert_error(clattn_dot_product_attention(h_ctx, &X, &X, &X, &so, &Y, NULL),
+                   CLATTN_ERROR_INVALID_ARGUMENT, "opts.saved: only multi-head attention");
+    h_assert_bytes(&dX, o, "dQ of a refused attention backward");
+    h_assert_bytes(&Y, o, "out of a refused attention");
     clattn_tensor *ts[] = {&y, &dy, &dy5, &dx, &dxi, &y16, &A, &B, &dB, &W, &db,
-                           &X, &W4, &dX, &dX5, &dW4};
+                           &X, &W4, &dX, &dX5, &dW4, &sv, &sv53, &Y};
     for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
         clattn_tensor_release(ts[i]);
 }
@@ -1418,7 +1548,8 @@ int main(void)
         cmocka_unit_test(test_matmul_backward), cmocka_unit_test(test_linear_backward),
         cmocka_unit_test(test_attention_backward), cmocka_unit_test(test_bias_grad_split),
         cmocka_unit_test(test_backward_nonfinite), cmocka_unit_test(test_backward_tiles),
-        cmocka_unit_test(test_mha_backward), cmocka_unit_test(test_additive_backward),
+        cmocka_unit_test(test_mha_backward), cmocka_unit_test(test_mha_saved),
+        cmocka_unit_test(test_additive_backward),
         cmocka_unit_test(test_axpy),
         cmocka_unit_test(test_bad_input),
     };

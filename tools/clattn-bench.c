@@ -1305,7 +1305,8 @@ static int mha_run_unfused(bench *b, void *arg)
 /* Forward and backward, every gradient (self-attention: queries, keys and values are one x). */
 typedef struct {
     mha_case *m;
-    clattn_tensor dout, g[11];
+    clattn_tensor dout, g[11], saved;
+    int save; /* the forward saves its projections, output and LSE for the backward */
 } mha_train;
 
 static int mha_run_train(bench *b, void *arg)
@@ -1313,9 +1314,13 @@ static int mha_run_train(bench *b, void *arg)
     mha_train *t = arg;
     clattn_mha_grads g = {&t->g[0], &t->g[1], &t->g[2], &t->g[3], &t->g[4], &t->g[5], &t->g[6],
                           &t->g[7], &t->g[8], &t->g[9], &t->g[10], NULL};
-    return mha_run_fused(b, t->m) ||
+    clattn_attention_opts o;
+    memset(&o, 0, sizeof o);
+    o.saved = t->save ? &t->saved : NULL;
+    return clattn_multihead_attention(b->ctx, &t->m->x, &t->m->x, &t->m->x, &t->m->w, &o,
+                                      &t->m->out, NULL) != CLATTN_SUCCESS ||
            clattn_multihead_attention_backward(b->ctx, &t->m->x, &t->m->x, &t->m->x, &t->m->w,
-                                               NULL, &t->dout, &g) != CLATTN_SUCCESS;
+                                               &o, &t->dout, &g) != CLATTN_SUCCESS;
 }
 
 /* db_o against the double sum of dout over every row, and every gradient finite. */
@@ -1362,16 +1367,23 @@ static void mha_train_record(bench *b, mha_case *m, double gflop)
     for (int i = 0; i < 11; i++)
         ok(b, clattn_tensor_create(b->ctx, CLATTN_FLOAT32, i < 3 ? 3 : i < 7 ? 2 : 1,
                                    i < 3 ? xd : i < 7 ? wd : bd, NULL, &t.g[i]), "create grad");
+    size_t ns = clattn_mha_saved_numel(&m->x, &m->x, &m->w);
+    ok(b, clattn_tensor_create(b->ctx, CLATTN_FLOAT32, 1, &ns, NULL, &t.saved), "create saved");
     const char *name = "B4 H8 N512 E512 fwd+bwd";
-    double err = mha_train_error(b, &t, hdo);
     /* the backward's flops: 2x the projections' and the attention's own 2.5x */
     double fb = gflop + 1e-9 * (16.0 * MHA_B * MHA_N * (double)MHA_E * MHA_E +
                                 10.0 * MHA_B * (double)MHA_N * MHA_N * MHA_E);
-    if (err > 1e-5)
-        bench_check_fail(b, name, "clattn forward + backward", err, 1e-5);
-    else
-        bench_record(b, name, "clattn forward + backward", 0, fb, "GFLOP/s",
-                     bench_time(b, mha_run_train, &t, 1), err);
+    static const char *const what[2] = {"clattn forward + backward (recomputed)",
+                                        "clattn forward + backward (opts.saved)"};
+    for (t.save = 1; t.save >= 0; t.save--) {
+        double err = mha_train_error(b, &t, hdo);
+        if (err > 1e-5)
+            bench_check_fail(b, name, what[t.save], err, 1e-5);
+        else
+            bench_record(b, name, what[t.save], 0, fb, "GFLOP/s",
+                         bench_time(b, mha_run_train, &t, 1), err);
+    }
+    clattn_tensor_release(&t.saved);
     clattn_tensor_release(&t.dout);
     for (int i = 0; i < 11; i++)
         clattn_tensor_release(&t.g[i]);
