@@ -31,6 +31,7 @@ typedef struct {
     uint64_t rng;
     clattn_tensor p[NPARAM], g[NPARAM]; /* parameters and their gradients */
     clattn_tensor x, labels, logits, loss, lse, dloss;
+    clattn_tensor saved; /* what the forward saves for the backward (opts.saved) */
 } trainer;
 
 static void die_on(const trainer *t, clattn_status st, const char *what)
@@ -100,8 +101,15 @@ static double step(trainer *t, float lr)
     clattn_mha_grads g = {NULL, NULL, NULL, &t->g[0], &t->g[1], &t->g[2], &t->g[3],
                           &t->g[4], &t->g[5], &t->g[6], &t->g[7], NULL};
     float loss[B];
+    clattn_attention_opts opts;
+    memset(&opts, 0, sizeof opts);
+    opts.saved = &t->saved;
     make_batch(t);
-    die_on(t, clattn_multihead_attention(t->ctx, &t->x, &t->x, &t->x, &w, NULL, &t->logits,
+    if (!t->saved.buf) {
+        size_t n = clattn_mha_saved_numel(&t->x, &t->x, &w);
+        die_on(t, clattn_tensor_create(t->ctx, CLATTN_FLOAT32, 1, &n, NULL, &t->saved), "saved");
+    }
+    die_on(t, clattn_multihead_attention(t->ctx, &t->x, &t->x, &t->x, &w, &opts, &t->logits,
                                          NULL), "forward");
     die_on(t, clattn_masked_softmax_ce_loss(t->ctx, &t->logits, &t->labels, NULL, &t->loss,
                                             &t->lse), "loss");
@@ -109,7 +117,7 @@ static double step(trainer *t, float lr)
     die_on(t, clattn_masked_softmax_ce_loss_backward(t->ctx, &t->logits, &t->labels, NULL,
                                                      &t->lse, &t->dloss, &t->logits),
            "loss backward");
-    die_on(t, clattn_multihead_attention_backward(t->ctx, &t->x, &t->x, &t->x, &w, NULL,
+    die_on(t, clattn_multihead_attention_backward(t->ctx, &t->x, &t->x, &t->x, &w, &opts,
                                                   &t->logits, &g), "backward");
     for (int i = 0; i < NPARAM; i++)
         die_on(t, clattn_axpy(t->ctx, -lr, &t->g[i], &t->p[i]), "SGD update");
@@ -177,7 +185,7 @@ int main(int argc, char **argv)
     int ok = check < 0 || mean < check;
     if (check >= 0)
         printf("%s: the loss fell below %g\n", ok ? "PASS" : "FAIL", check);
-    clattn_tensor *ts[] = {&t.x, &t.labels, &t.logits, &t.loss, &t.lse, &t.dloss};
+    clattn_tensor *ts[] = {&t.x, &t.labels, &t.logits, &t.loss, &t.lse, &t.dloss, &t.saved};
     for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
         clattn_tensor_release(ts[i]);
     for (int i = 0; i < NPARAM; i++) {
