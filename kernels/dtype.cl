@@ -6,7 +6,7 @@
  * elements from p, any alignment of the element). Offsets and strides stay in elements of the
  * operand's own dtype. Arithmetic is float32 throughout.
  * The conversions are integer bit manipulations on the 16-bit patterns, bit for bit the host's
- * (src/convert.c): round to nearest even, overflow to infinity, subnormals both ways, NaN kept NaN
+ * (src/ops/convert.c): round to nearest even, overflow to infinity, subnormals both ways, NaN kept NaN
  * with its payload's top bits and the quiet bit set. OpenCL 1.2's vload_half / vstore_half (no
  * cl_khr_fp16 needed) are not used: PoCL 3.1's 8-wide forms fault on addresses that are not a
  * multiple of 16 bytes, and its scalar ones are ~10x slower than these. */

@@ -1012,7 +1012,7 @@ static void run_case(const bad_case *c)
 
 /* Cases that show a bug in the library, not run until it is fixed (each is a real finding). None
  * now: matmul_c_shape (the C shape message printed A and B shape strings that only the preceding
- * check filled) was fixed in src/matmul.c. */
+ * check filled) was fixed in src/ops/matmul.c. */
 static const char *const known_bugs[] = {NULL};
 
 static int is_known_bug(const char *name)

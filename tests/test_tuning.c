@@ -297,7 +297,7 @@ static void test_device_limits(void **s)
 /* ---- the fuzzer ---- */
 
 /* Candidate values per parameter: inside, at and just past each end of its range, and breaking
- * its divisibility rules. The ranges themselves live in src/tuning.c; these are written
+ * its divisibility rules. The ranges themselves live in src/runtime/tuning.c; these are written
  * independently, so a range that grows past what a kernel runs shows up as a wrong result. */
 typedef struct {
     const char *op, *variant;
