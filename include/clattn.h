@@ -518,6 +518,19 @@ CLATTN_API clattn_status clattn_multihead_attention_backward(clattn_context *ctx
                                                              const clattn_tensor *dout,
                                                              const clattn_mha_grads *grads);
 
+/* The gradients of clattn_additive_scores (scores_ij = sum_h w_h tanh(qp_ih + kp_jh)) from
+ * dscores (B, Q, K): dqp_ih = w_h sum_j dscores_ij (1 - tanh^2), dkp_jh likewise over i, dw_v_h =
+ * sum_ij dscores_ij tanh, each summed in a fixed order and never holding the (B, Q, K, h)
+ * features. dqp, dkp, dw_v: NULL or their input's shape. float32. */
+CLATTN_API clattn_status clattn_additive_scores_backward(clattn_context *ctx,
+                                                        const clattn_tensor *qp,
+                                                        const clattn_tensor *kp,
+                                                        const clattn_tensor *w_v,
+                                                        const clattn_tensor *dscores,
+                                                        const clattn_tensor *dqp,
+                                                        const clattn_tensor *dkp,
+                                                        const clattn_tensor *dw_v);
+
 /* The gradients of additive attention's inputs and weights (each NULL: not computed; each of its
  * input's shape: dw_v as w_v, (1, h) or (h)). */
 typedef struct {

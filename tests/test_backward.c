@@ -1223,6 +1223,108 @@ static void test_additive_backward(void **s)
         run_adb(&cs[i]);
 }
 
+/* ---- additive scores ---- */
+
+typedef struct {
+    int B, Q, K, h;
+    double *qp, *kp, *wv, *ds; /* all four inputs, in one array for the differences */
+} asb_in;
+
+/* sum_bij ds_bij scores_bij, scores_bij = sum_h w_h tanh(qp_bih + kp_bjh); the analytic
+ * gradients too when dq is not NULL (with each gradient's sum of term sizes in sq, sk, sw) */
+static double asb_loss_grads(const asb_in *a, double *dq, double *dk, double *dw, double *sq,
+                             double *sk, double *sw)
+{
+    double s = 0;
+    size_t nq = (size_t)a->B * a->Q * a->h, nk = (size_t)a->B * a->K * a->h;
+    if (dq) {
+        memset(dq, 0, nq * 8), memset(dk, 0, nk * 8), memset(dw, 0, (size_t)a->h * 8);
+        memset(sq, 0, nq * 8), memset(sk, 0, nk * 8), memset(sw, 0, (size_t)a->h * 8);
+    }
+    for (int b = 0; b < a->B; b++)
+        for (int i = 0; i < a->Q; i++)
+            for (int j = 0; j < a->K; j++) {
+                double g = a->ds[((size_t)b * a->Q + i) * a->K + j];
+                for (int c = 0; c < a->h; c++) {
+                    size_t qi = ((size_t)b * a->Q + i) * a->h + c;
+                    size_t ki = ((size_t)b * a->K + j) * a->h + c;
+                    double t = tanh(a->qp[qi] + a->kp[ki]), d = a->wv[c] * g * (1 - t * t);
+                    s += g * a->wv[c] * t;
+                    if (!dq)
+                        continue;
+                    dq[qi] += d, dk[ki] += d, dw[c] += g * t;
+                    sq[qi] += fabs(d), sk[ki] += fabs(d), sw[c] += fabs(g * t);
+                }
+            }
+    return s;
+}
+
+static double asb_loss(const double *unused, void *arg)
+{
+    (void)unused;
+    return asb_loss_grads(arg, NULL, NULL, NULL, NULL, NULL, NULL);
+}
+
+static void run_asb(int B, int Q, int K, int h)
+{
+    size_t nq = (size_t)B * Q * h, nk = (size_t)B * K * h, ns = (size_t)B * Q * K;
+    size_t n = nq + nk + (size_t)h + ns;
+    float *x = malloc(n * 4);
+    h_fill(x, n, -1, 1);
+    double *xd = ref_to_double(x, n);
+    asb_in a = {B, Q, K, h, xd, xd + nq, xd + nq + nk, xd + nq + nk + h};
+    clattn_tensor tq = h_tensor(CLATTN_FLOAT32, 3, H_DIMS(B, Q, h), x);
+    clattn_tensor tk = h_tensor(CLATTN_FLOAT32, 3, H_DIMS(B, K, h), x + nq);
+    clattn_tensor tw = h_tensor(CLATTN_FLOAT32, 2, H_DIMS(1, h), x + nq + nk);
+    clattn_tensor ts = h_tensor(CLATTN_FLOAT32, 3, H_DIMS(B, Q, K), x + nq + nk + h);
+    clattn_tensor dq = h_tensor(CLATTN_FLOAT32, 3, H_DIMS(B, Q, h), NULL);
+    clattn_tensor dk = h_tensor(CLATTN_FLOAT32, 3, H_DIMS(B, K, h), NULL);
+    clattn_tensor dw = h_tensor(CLATTN_FLOAT32, 2, H_DIMS(1, h), NULL);
+    h_poison(&dq), h_poison(&dk), h_poison(&dw);
+    if (clattn_additive_scores_backward(h_ctx, &tq, &tk, &tw, &ts, &dq, &dk, &dw) !=
+        CLATTN_SUCCESS)
+        fail_msg("additive_scores_backward: %s", clattn_last_error(h_ctx));
+    double *r = malloc(2 * n * 8), *sc = r + n, *fd = NULL;
+    asb_loss_grads(&a, r, r + nq, r + nq + nk, sc, sc + nq, sc + nq + nk);
+    if (n <= 400) {
+        fd = malloc(n * 8);
+        finite_diff(xd, nq + nk + (size_t)h, asb_loss, &a, fd);
+    }
+    const clattn_tensor *got[3] = {&dq, &dk, &dw};
+    size_t at[3] = {0, nq, nq + nk}, cnt[3] = {nq, nk, (size_t)h};
+    static const char *const names[3] = {"dqp", "dkp", "dw_v"};
+    char what[160];
+    for (int i = 0; i < 3; i++) {
+        float *g = h_read(got[i]);
+        snprintf(what, sizeof what, "additive scores backward B %d Q %d K %d h %d: %s", B, Q, K, h,
+                 names[i]);
+        for (size_t e = 0; e < cnt[i]; e++)
+            sc[at[i] + e] += 1e-30;
+        h_assert_scaled(g, r + at[i], sc + at[i], cnt[i], GRAD_TOL, what);
+        if (fd) {
+            for (size_t e = 0; e < cnt[i]; e++)
+                sc[at[i] + e] += 1e-10 / FD_TOL; /* the differences' own noise */
+            strcat(what, " (finite differences)");
+            h_assert_scaled(g, fd + at[i], sc + at[i], cnt[i], FD_TOL, what);
+        }
+        free(g);
+    }
+    clattn_tensor *all[] = {&tq, &tk, &tw, &ts, &dq, &dk, &dw};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        clattn_tensor_release(all[i]);
+    free(x), free(xd), free(r), free(fd);
+}
+
+/* The standalone scores backward: hidden sizes around the kernels' 8-unit chunks. */
+static void test_additive_scores_backward(void **s)
+{
+    (void)s;
+    run_asb(1, 1, 1, 1);
+    run_asb(2, 3, 5, 7);
+    run_asb(1, 4, 2, 9);
+    run_asb(3, 17, 29, 16);
+}
+
 /* The bias gradient's sums over its broadcast dims split over launches under a small loop budget
  * (llvmpipe's limit, here forced): the same result as one launch. */
 static void test_bias_grad_split(void **s)
@@ -1549,7 +1651,7 @@ int main(void)
         cmocka_unit_test(test_attention_backward), cmocka_unit_test(test_bias_grad_split),
         cmocka_unit_test(test_backward_nonfinite), cmocka_unit_test(test_backward_tiles),
         cmocka_unit_test(test_mha_backward), cmocka_unit_test(test_mha_saved),
-        cmocka_unit_test(test_additive_backward),
+        cmocka_unit_test(test_additive_backward), cmocka_unit_test(test_additive_scores_backward),
         cmocka_unit_test(test_axpy),
         cmocka_unit_test(test_bad_input),
     };

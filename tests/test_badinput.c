@@ -894,6 +894,12 @@ static clattn_status wrap_with(cl_context c, cl_device_id d, cl_command_queue q)
       "of values",                                                                             \
       clattn_additive_attention_backward(CTX, &Q, &Kk, &V, &aw, NULL, &O,                      \
       &(clattn_additive_grads){NULL, NULL, &Y, NULL, NULL, NULL}))                             \
+    X(additive_scores_bwd_ds, SHAPE_MISMATCH, "dscores", clattn_additive_scores_backward(CTX,  \
+      &Q, &Kk, &wv8, &wt_bad, &X8, NULL, NULL))                                                \
+    X(additive_scores_bwd_dkp, SHAPE_MISMATCH, "dkp: shape (2, 5, 8), expected the shape of " \
+      "kp", clattn_additive_scores_backward(CTX, &Q, &Kk, &wv8, &Wt, NULL, &X8, NULL))          \
+    X(additive_scores_bwd_over, INVALID_ARGUMENT, "dqp", clattn_additive_scores_backward(CTX, \
+      &Q, &Kk, &wv8, &Wt, &Q, NULL, NULL))                                                     \
     X(loss_labels, SHAPE_MISMATCH, "labels: shape (2, 2), expected (B, T) of logits",          \
       clattn_masked_softmax_ce_loss(CTX, &Q, &mask_i, NULL, &Y, NULL))                         \
     X(loss_bwd_dlogits, SHAPE_MISMATCH, "labels", clattn_masked_softmax_ce_loss_backward(CTX, \

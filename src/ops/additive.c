@@ -222,6 +222,47 @@ fail:
     return st;
 }
 
+clattn_status clattn_additive_scores_backward(clattn_context *ctx, const clattn_tensor *qp,
+                                              const clattn_tensor *kp, const clattn_tensor *w_v,
+                                              const clattn_tensor *dscores,
+                                              const clattn_tensor *dqp, const clattn_tensor *dkp,
+                                              const clattn_tensor *dw_v)
+{
+    clattn_status st = CLATTN_SUCCESS;
+    char s1[96];
+    cl_mem buf;
+    CHECK_DRY_RUN(ctx, clattn_additive_scores_backward(ctx, qp, kp, w_v, dscores, dqp, dkp,
+                                                       dw_v));
+    CHECK(NULL, ctx, CLATTN_ERROR_INVALID_ARGUMENT, "ctx: NULL context");
+    const clattn_arg ins[4] = {{qp, "qp"}, {kp, "kp"}, {w_v, "w_v"}, {dscores, "dscores"}};
+    const clattn_arg outs[3] = {{dqp, "dqp"}, {dkp, "dkp"}, {dw_v, "dw_v"}};
+    for (int i = 0; i < 4; i++)
+        CHECK_ST(clattn__check_tensor(ctx, ins[i].t, ins[i].name, CLATTN_FLOAT32, 1, 3));
+    CHECK(ctx, qp->ndim == 3 && kp->ndim == 3 && kp->dims[0] == qp->dims[0] &&
+                   kp->dims[2] == qp->dims[2],
+          CLATTN_ERROR_SHAPE_MISMATCH, "qp, kp: expected (B, Q, h) and (B, K, h) (kp: %s)",
+          clattn__shape_str(kp, s1, sizeof s1));
+    size_t B = qp->dims[0], nq = qp->dims[1], nk = kp->dims[1], h = qp->dims[2];
+    CHECK_ST(check_wv(ctx, w_v, h, "w_v"));
+    CHECK(ctx, dscores->ndim == 3 && dscores->dims[0] == B && dscores->dims[1] == nq &&
+                   dscores->dims[2] == nk,
+          CLATTN_ERROR_SHAPE_MISMATCH, "dscores: shape %s, expected (%zu, %zu, %zu)",
+          clattn__shape_str(dscores, s1, sizeof s1), B, nq, nk);
+    for (int i = 0; i < 3; i++) /* outs[i] is the gradient of ins[i] */
+        CHECK_ST(clattn__check_grad(ctx, outs[i].t, outs[i].name, ins[i].t, ins[i].name));
+    CHECK_ST(clattn__check_no_overlap(ctx, outs, 3, ins, 4));
+    /* scratch: stand-ins for dqp and dkp not asked for (the kernels write both), w's partials */
+    size_t nq_ = B * nq * h, nk_ = B * nk * h;
+    CHECK_ST(clattn__scratch(ctx, CLATTN_SCRATCH_MODULE, (2 * nq_ + nk_) * 4, &buf));
+    clattn_tensor sq = clattn_view(buf, CLATTN_FLOAT32, 0, 3, (size_t[]){B, nq, h});
+    clattn_tensor sk = clattn_view(buf, CLATTN_FLOAT32, nq_, 3, (size_t[]){B, nk, h});
+    clattn_tensor dwp = clattn_view(buf, CLATTN_FLOAT32, nq_ + nk_, 3, (size_t[]){B, nq, h});
+    CHECK_ST(enqueue_scores_backward(ctx, qp, kp, w_v, dscores, dqp ? dqp : &sq,
+                                     dkp ? dkp : &sk, &dwp, dw_v));
+fail:
+    return st;
+}
+
 clattn_status clattn_additive_attention_backward(clattn_context *ctx,
                                                  const clattn_tensor *queries,
                                                  const clattn_tensor *keys,
