@@ -156,32 +156,39 @@ static mha_layout layout(size_t B, size_t nq, size_t nk, size_t hid, size_t kvhi
     return l;
 }
 
+/* Where the forward keeps the projections (B, T, hid), (B, T, kvhid) and the heads' concatenated
+ * output (B, Q, hid), in elements of buf: the scratch, or opts.saved (then the backward finds
+ * them there; written by the kernels themselves, no copies). */
+typedef struct {
+    cl_mem buf;
+    size_t qp, kp, vp, cat;
+} mha_place;
+
 /* The heads as views into the projections, no transposes, no copies: head h of a (B, T, hid)
  * projection is the fused kernel's batch (b, h) of (T, dh) rows hid apart; K/V head h / G of the
  * (B, T, kvhid) ones serves query head h. */
-static clattn_status heads_fused(clattn_context *ctx, const clattn_tuning *att, cl_mem buf,
-                                 const mha_layout *l, size_t nq, size_t nk, size_t hid,
-                                 size_t kvhid, size_t dh, const clattn_mask_args *m,
-                                 const clattn_dropout_params *drop, float scale,
-                                 const clattn_tensor *lse)
+static clattn_status heads_fused(clattn_context *ctx, const clattn_tuning *att, const mha_place *p,
+                                 size_t nq, size_t nk, size_t hid, size_t kvhid, size_t dh,
+                                 const clattn_mask_args *m, const clattn_dropout_params *drop,
+                                 float scale, const clattn_tensor *lse)
 {
     const clattn_dtype f32 = CLATTN_FLOAT32; /* the projections */
-    clattn_flash_operand q = clattn__flash_strided(buf, f32, l->qp, nq * hid, dh, hid);
-    clattn_flash_operand k = clattn__flash_strided(buf, f32, l->kp, nk * kvhid, dh, kvhid);
-    clattn_flash_operand v = clattn__flash_strided(buf, f32, l->vp, nk * kvhid, dh, kvhid);
-    clattn_flash_operand o = clattn__flash_strided(buf, f32, l->qh, nq * hid, dh, hid);
+    clattn_flash_operand q = clattn__flash_strided(p->buf, f32, p->qp, nq * hid, dh, hid);
+    clattn_flash_operand k = clattn__flash_strided(p->buf, f32, p->kp, nk * kvhid, dh, kvhid);
+    clattn_flash_operand v = clattn__flash_strided(p->buf, f32, p->vp, nk * kvhid, dh, kvhid);
+    clattn_flash_operand o = clattn__flash_strided(p->buf, f32, p->cat, nq * hid, dh, hid);
     clattn_flash_lse fl;
     return clattn__enqueue_flash(ctx, att, &q, &k, &v, &o, (int)(hid / kvhid), (int)dh, (int)dh,
                                  m, drop, scale, clattn__flash_lse(lse, &fl));
 }
 
-/* d2l's transpose_qkv, attention and transpose_output through scratch; the concatenation lands
- * in the projected queries' space. */
-static clattn_status heads_unfused(clattn_context *ctx, cl_mem buf, const mha_layout *l, size_t B,
-                                   size_t H, size_t Hkv, size_t nq, size_t nk, size_t dh,
-                                   const clattn_mask_args *m, const clattn_dropout_params *drop,
-                                   float scale, const clattn_tensor *weights,
-                                   const clattn_tensor *lse)
+/* d2l's transpose_qkv, attention and transpose_output through the heads in scratch (buf, l),
+ * from and to p. */
+static clattn_status heads_unfused(clattn_context *ctx, cl_mem buf, const mha_layout *l,
+                                   const mha_place *p, size_t B, size_t H, size_t Hkv, size_t nq,
+                                   size_t nk, size_t dh, const clattn_mask_args *m,
+                                   const clattn_dropout_params *drop, float scale,
+                                   const clattn_tensor *weights, const clattn_tensor *lse)
 {
     clattn_status st = CLATTN_SUCCESS;
     clattn_tensor qh = clattn_view(buf, CLATTN_FLOAT32, l->qh, 4, (size_t[]){B, H, nq, dh});
@@ -189,11 +196,11 @@ static clattn_status heads_unfused(clattn_context *ctx, cl_mem buf, const mha_la
     clattn_tensor vh = clattn_view(buf, CLATTN_FLOAT32, l->vh, 4, (size_t[]){B, Hkv, nk, dh});
     clattn_tensor oh = clattn_view(buf, CLATTN_FLOAT32, l->oh, 4, (size_t[]){B, H, nq, dh});
     int b = (int)B, h = (int)H, hkv = (int)Hkv, d = (int)dh;
-    CHECK_ST(clattn__enqueue_heads(ctx, buf, l->qp, buf, l->qh, b, (int)nq, h, d, 1));
-    CHECK_ST(clattn__enqueue_heads(ctx, buf, l->kp, buf, l->kh, b, (int)nk, hkv, d, 1));
-    CHECK_ST(clattn__enqueue_heads(ctx, buf, l->vp, buf, l->vh, b, (int)nk, hkv, d, 1));
+    CHECK_ST(clattn__enqueue_heads(ctx, p->buf, p->qp, buf, l->qh, b, (int)nq, h, d, 1));
+    CHECK_ST(clattn__enqueue_heads(ctx, p->buf, p->kp, buf, l->kh, b, (int)nk, hkv, d, 1));
+    CHECK_ST(clattn__enqueue_heads(ctx, p->buf, p->vp, buf, l->vh, b, (int)nk, hkv, d, 1));
     CHECK_ST(clattn__attention_core(ctx, &qh, &kh, &vh, m, drop, scale, &oh, weights, lse));
-    CHECK_ST(clattn__enqueue_heads(ctx, buf, l->oh, buf, l->qp, b, (int)nq, h, d, 0));
+    CHECK_ST(clattn__enqueue_heads(ctx, buf, l->oh, p->buf, p->cat, b, (int)nq, h, d, 0));
 fail:
     return st;
 }
@@ -250,31 +257,28 @@ clattn_status clattn_multihead_attention(clattn_context *ctx, const clattn_tenso
           "multihead_attention: %zu elements of projections and heads exceed 32-bit indexing",
           l.total);
     CHECK_ST(clattn__scratch(ctx, CLATTN_SCRATCH_MODULE, l.total * 4, &buf));
-    clattn_tensor qp = clattn_view(buf, CLATTN_FLOAT32, l.qp, 3, (size_t[]){B, nq, hid});
-    clattn_tensor kp = clattn_view(buf, CLATTN_FLOAT32, l.kp, 3, (size_t[]){B, nk, kvhid});
-    clattn_tensor vp = clattn_view(buf, CLATTN_FLOAT32, l.vp, 3, (size_t[]){B, nk, kvhid});
+    /* the projections and the concatenation in scratch (the unfused path's over the projected
+     * queries once they have been split), or in opts.saved */
+    mha_place p = {buf, l.qp, l.kp, l.vp, fused ? l.qh : l.qp};
+    if (saved) {
+        size_t o0 = saved->offset;
+        p = (mha_place){saved->buf, o0 + sl.qp, o0 + sl.kp, o0 + sl.vp, o0 + sl.cat};
+    }
+    clattn_tensor qp = clattn_view(p.buf, CLATTN_FLOAT32, p.qp, 3, (size_t[]){B, nq, hid});
+    clattn_tensor kp = clattn_view(p.buf, CLATTN_FLOAT32, p.kp, 3, (size_t[]){B, nk, kvhid});
+    clattn_tensor vp = clattn_view(p.buf, CLATTN_FLOAT32, p.vp, 3, (size_t[]){B, nk, kvhid});
     CHECK_ST(clattn__enqueue_matmul(ctx, queries, 0, w->W_q, 1, 1.0f, 0.0f, w->b_q, &qp));
     CHECK_ST(clattn__enqueue_matmul(ctx, keys, 0, w->W_k, 1, 1.0f, 0.0f, w->b_k, &kp));
     CHECK_ST(clattn__enqueue_matmul(ctx, values, 0, w->W_v, 1, 1.0f, 0.0f, w->b_v, &vp));
-    if (saved) /* the three projections, contiguous in scratch as in saved */
-        CHECK_ST(clattn__copy(ctx, buf, l.qp * 4, saved->buf, (saved->offset + sl.qp) * 4,
-                              sl.cat * 4, "opts.saved (projections)"));
     if (fused)
-        CHECK_ST(heads_fused(ctx, &att, buf, &l, nq, nk, hid, kvhid, dh, &m, drop, scale,
-                             lse_to));
+        CHECK_ST(heads_fused(ctx, &att, &p, nq, nk, hid, kvhid, dh, &m, drop, scale, lse_to));
     else
-        CHECK_ST(heads_unfused(ctx, buf, &l, B, H, Hkv, nq, nk, dh, &m, drop, scale, weights,
+        CHECK_ST(heads_unfused(ctx, buf, &l, &p, B, H, Hkv, nq, nk, dh, &m, drop, scale, weights,
                                lse_to));
-    clattn_tensor concat = clattn_view(buf, CLATTN_FLOAT32, fused ? l.qh : l.qp, 3,
-                                       (size_t[]){B, nq, hid});
-    if (saved) {
-        CHECK_ST(clattn__copy(ctx, buf, concat.offset * 4, saved->buf,
-                              (saved->offset + sl.cat) * 4, (sl.lse - sl.cat) * 4,
-                              "opts.saved (attention output)"));
-        if (lse)
-            CHECK_ST(clattn__copy(ctx, saved->buf, (saved->offset + sl.lse) * 4, lse->buf,
-                                  lse->offset * 4, (sl.total - sl.lse) * 4, "opts.lse"));
-    }
+    clattn_tensor concat = clattn_view(p.buf, CLATTN_FLOAT32, p.cat, 3, (size_t[]){B, nq, hid});
+    if (saved && lse) /* the caller's LSE too */
+        CHECK_ST(clattn__copy(ctx, saved->buf, (saved->offset + sl.lse) * 4, lse->buf,
+                              lse->offset * 4, (sl.total - sl.lse) * 4, "opts.lse"));
     CHECK_ST(clattn__enqueue_matmul(ctx, &concat, 0, w->W_o, 1, 1.0f, 0.0f, w->b_o, out));
 fail:
     clattn__mask_release(&m);
