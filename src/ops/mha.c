@@ -93,6 +93,25 @@ fail:
     return st;
 }
 
+/* clattn__resolve_opts for multi-head attention and its backward, the only ops that take
+ * opts.saved (*saved: it, or NULL): the shared resolution sees *o, a copy of opts without it,
+ * which must outlive the call's use of *drop (it points into *o). */
+static clattn_status resolve_mha_opts(clattn_context *ctx, const clattn_attention_opts *opts,
+                                      clattn_attention_opts *o, const size_t *sdims,
+                                      const clattn_arg *ins, int nins, const clattn_arg *outs,
+                                      int nouts, clattn_mask_args *m,
+                                      const clattn_dropout_params **drop,
+                                      const clattn_tensor **lse, const clattn_tensor **saved)
+{
+    *saved = opts ? opts->saved : NULL;
+    if (opts) {
+        *o = *opts;
+        o->saved = NULL;
+    }
+    return clattn__resolve_opts(ctx, opts ? o : NULL, 4, sdims, ins, nins, outs, nouts, m, drop,
+                                lse);
+}
+
 /* hid: W_q's rows (num_heads x dh); kvhid: W_k's and W_v's (num_kv_heads x dh). */
 static clattn_status check_mha(clattn_context *ctx, const clattn_tensor *q, const clattn_tensor *k,
                                const clattn_tensor *v, const clattn_mha_weights *w,
@@ -229,14 +248,10 @@ clattn_status clattn_multihead_attention(clattn_context *ctx, const clattn_tenso
     float scale = (float)(1.0 / sqrt((double)dh));
     size_t sdims[4] = {B, H, nq, nk};
     const clattn_dropout_params *drop;
-    const clattn_tensor *lse, *saved = opts ? opts->saved : NULL;
-    clattn_attention_opts o; /* opts without saved, which only this op and its backward take */
-    if (opts) {
-        o = *opts;
-        o.saved = NULL;
-    }
-    CHECK_ST(clattn__resolve_opts(ctx, opts ? &o : NULL, 4, sdims, ins, MHA_NINS, outs, 2, &m,
-                                  &drop, &lse));
+    const clattn_tensor *lse, *saved;
+    clattn_attention_opts o;
+    CHECK_ST(resolve_mha_opts(ctx, opts, &o, sdims, ins, MHA_NINS, outs, 2, &m, &drop, &lse,
+                              &saved));
     mha_saved_layout sl = saved_layout(B, nq, nk, H, hid, kvhid);
     clattn_tensor slse; /* with saved, the attention's LSE goes there (and then to opts.lse) */
     if (saved) {
@@ -490,14 +505,10 @@ clattn_status clattn_multihead_attention_backward(clattn_context *ctx,
     float scale = (float)(1.0 / sqrt((double)dh));
     size_t sdims[4] = {B, H, nq, nk};
     const clattn_dropout_params *drop;
-    const clattn_tensor *lse, *saved = opts ? opts->saved : NULL;
-    clattn_attention_opts o; /* opts without saved, which only this op and its forward take */
-    if (opts) {
-        o = *opts;
-        o.saved = NULL;
-    }
-    CHECK_ST(clattn__resolve_opts(ctx, opts ? &o : NULL, 4, sdims, ins, MHA_NINS + 1, d + 11, 1,
-                                  &m, &drop, &lse));
+    const clattn_tensor *lse, *saved;
+    clattn_attention_opts o;
+    CHECK_ST(resolve_mha_opts(ctx, opts, &o, sdims, ins, MHA_NINS + 1, d + 11, 1, &m, &drop,
+                              &lse, &saved));
     mha_saved_layout sl = saved_layout(B, nq, nk, H, hid, kvhid);
     if (saved) { /* an input: no gradient may overlap it */
         const clattn_arg me[1] = {{saved, "opts.saved"}};
