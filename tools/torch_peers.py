@@ -24,6 +24,8 @@ import warnings
 import torch
 from torch import nn
 
+from d2l_torch import AdditiveAttention, MaskedSoftmaxCELoss  # noqa: E402 (beside this script)
+
 
 def median_ms(fn, reps, warmup=2):
     for _ in range(warmup):
@@ -34,40 +36,6 @@ def median_ms(fn, reps, warmup=2):
         fn()
         times.append((time.perf_counter() - t0) * 1e3)
     return statistics.median(times)
-
-
-def masked_softmax(X, valid_lens):
-    """d2l 11.3.1, verbatim in meaning: masked positions get -1e6, then softmax."""
-    if valid_lens is None:
-        return nn.functional.softmax(X, dim=-1)
-    shape = X.shape
-    if valid_lens.dim() == 1:
-        valid_lens = torch.repeat_interleave(valid_lens, shape[1])
-    else:
-        valid_lens = valid_lens.reshape(-1)
-    maxlen = X.size(-1)
-    mask = torch.arange(maxlen, dtype=torch.float32)[None, :] < valid_lens[:, None]
-    X = X.reshape(-1, shape[-1]).clone()
-    X[~mask] = -1e6
-    return nn.functional.softmax(X.reshape(shape), dim=-1)
-
-
-class AdditiveAttention(nn.Module):
-    """d2l 11.3.2: materialises the (B, Q, K, h) features."""
-
-    def __init__(self, num_hiddens, dropout):
-        super().__init__()
-        self.W_k = nn.LazyLinear(num_hiddens, bias=False)
-        self.W_q = nn.LazyLinear(num_hiddens, bias=False)
-        self.w_v = nn.LazyLinear(1, bias=False)
-        self.dropout = nn.Dropout(dropout)
-
-    def forward(self, queries, keys, values, valid_lens):
-        queries, keys = self.W_q(queries), self.W_k(keys)
-        features = torch.tanh(queries.unsqueeze(2) + keys.unsqueeze(1))
-        scores = self.w_v(features).squeeze(-1)
-        self.attention_weights = masked_softmax(scores, valid_lens)
-        return torch.bmm(self.dropout(self.attention_weights), values)
 
 
 def bench_additive(reps):
@@ -182,26 +150,6 @@ def bench_varlen(reps, heads=16, d=64):
         padded = median_ms(lambda: sdpa()(pad[0], pad[1], pad[2], attn_mask=keep), reps)
     return [("torch_sdpa_varlen_loop_B8_H16_d64_causal", loop),
             ("torch_sdpa_varlen_padded_mask_B8_H16_d64_causal", padded)]
-
-
-def sequence_mask(X, valid_len, value=0):
-    """d2l 10.7, verbatim in meaning."""
-    maxlen = X.size(1)
-    mask = torch.arange((maxlen), dtype=torch.float32, device=X.device)[None, :] < valid_len[:, None]
-    X[~mask] = value
-    return X
-
-
-class MaskedSoftmaxCELoss(nn.CrossEntropyLoss):
-    """d2l 10.7's loss, verbatim in meaning: per-token cross-entropy, weighted by the valid
-    lengths, mean over the time steps."""
-
-    def forward(self, pred, label, valid_len):
-        weights = torch.ones_like(label)
-        weights = sequence_mask(weights, valid_len)
-        self.reduction = "none"
-        unweighted_loss = super().forward(pred.permute(0, 2, 1), label)
-        return (unweighted_loss * weights).mean(dim=1)
 
 
 def bench_loss(reps, B=64, T=32, V=10000):

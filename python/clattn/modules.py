@@ -1,0 +1,171 @@
+"""d2l's attention modules (chapter 11) over clattn: the same constructors and forward arguments,
+weights from NumPy or a PyTorch state_dict, train() / eval() as torch.nn.Module's."""
+import math
+
+import numpy as np
+
+from . import functional as F
+from .context import default_context
+from .weights import additive_from_state_dict, host_weight, mha_from_state_dict
+
+
+class Module:
+    """What the modules share: dropout in training mode, drawn from clattn's Philox stream keyed
+    by (seed, calls so far), so every call draws a new mask and a seed replays them all."""
+
+    def __init__(self, dropout, seed, need_weights, ctx):
+        if not 0.0 <= float(dropout) <= 1.0:
+            raise ValueError(f"dropout: expected a probability in [0, 1], got {dropout}")
+        self.dropout = float(dropout)
+        self.seed = int(seed)
+        self.need_weights = bool(need_weights)
+        self.training = True
+        self.attention_weights = None
+        self.ctx = ctx
+        self._calls = 0
+
+    def train(self, mode=True):
+        self.training = bool(mode)
+        return self
+
+    def eval(self):
+        return self.train(False)
+
+    def context(self):
+        return self.ctx if self.ctx is not None else default_context()
+
+    def _dropout(self):
+        if not (self.training and self.dropout > 0):
+            return {}
+        self._calls += 1
+        return {"dropout_p": self.dropout, "seed": self.seed, "offset": self._calls - 1}
+
+    def __call__(self, *args, **kwargs):
+        return self.forward(*args, **kwargs)
+
+    def _upload(self, **weights):
+        ctx = self.context()
+        return {n: None if w is None else ctx.array(host_weight(w, n)) for n, w in weights.items()}
+
+
+def _lazy_linear(rng, out_features, in_features):
+    """torch.nn.Linear's default initialisation: U(-1/sqrt(in), 1/sqrt(in))."""
+    bound = 1.0 / math.sqrt(in_features)
+    return rng.uniform(-bound, bound, (out_features, in_features)).astype(np.float32)
+
+
+class DotProductAttention(Module):
+    """d2l's DotProductAttention(dropout): forward(queries, keys, values, valid_lens=None)
+    returns the output and keeps the weights (before dropout) in .attention_weights, as d2l
+    does; need_weights=False skips them for the fused kernel. Further keyword arguments of
+    forward (mask, causal, fill, scale, ...) are clattn.dot_product_attention's."""
+
+    def __init__(self, dropout=0.0, *, seed=0, need_weights=True, ctx=None):
+        super().__init__(dropout, seed, need_weights, ctx)
+
+    def forward(self, queries, keys, values, valid_lens=None, **kwargs):
+        res = F.dot_product_attention(queries, keys, values, valid_lens,
+                                      need_weights=self.need_weights, ctx=self.ctx,
+                                      **self._dropout(), **kwargs)
+        out, self.attention_weights = res if self.need_weights else (res, None)
+        return out
+
+
+class AdditiveAttention(Module):
+    """d2l's AdditiveAttention(num_hiddens, dropout): W_q, W_k (num_hiddens x input size) and
+    w_v (1 x num_hiddens) without biases, created as torch's LazyLinear does at the first call
+    (seeded by init_seed) unless loaded first (load_state_dict, load_weights)."""
+
+    def __init__(self, num_hiddens, dropout=0.0, *, seed=0, init_seed=0, need_weights=True,
+                 ctx=None):
+        super().__init__(dropout, seed, need_weights, ctx)
+        self.num_hiddens = int(num_hiddens)
+        self.init_seed = init_seed
+        self.W_q = self.W_k = self.w_v = None
+
+    def load_weights(self, W_q, W_k, w_v):
+        w = self._upload(W_q=W_q, W_k=W_k, w_v=w_v)
+        self.W_q, self.W_k, self.w_v = w["W_q"], w["W_k"], w["w_v"]
+        return self
+
+    def load_state_dict(self, state_dict, prefix=""):
+        """d2l's AdditiveAttention.state_dict() (W_q.weight, W_k.weight, w_v.weight)."""
+        return self.load_weights(**additive_from_state_dict(state_dict, prefix))
+
+    def forward(self, queries, keys, values, valid_lens=None, **kwargs):
+        if self.W_q is None:
+            rng = np.random.default_rng(self.init_seed)
+            h = self.num_hiddens
+            self.load_weights(_lazy_linear(rng, h, np.shape(queries)[-1]),
+                              _lazy_linear(rng, h, np.shape(keys)[-1]), _lazy_linear(rng, 1, h))
+        res = F.additive_attention(queries, keys, values, self.W_q, self.W_k, self.w_v,
+                                   valid_lens, need_weights=self.need_weights, ctx=self.ctx,
+                                   **self._dropout(), **kwargs)
+        out, self.attention_weights = res if self.need_weights else (res, None)
+        return out
+
+
+class MultiHeadAttention(Module):
+    """d2l's MultiHeadAttention(num_hiddens, num_heads, dropout, bias=False): W_q, W_k, W_v,
+    W_o (num_hiddens outputs each), heads split as d2l's transpose_qkv. Weights: lazily
+    initialised as torch's LazyLinear (init_seed), or load_state_dict of d2l's module or of
+    torch.nn.MultiheadAttention (from_torch builds one from either module). num_kv_heads:
+    grouped-query attention (W_k and W_v then have num_kv_heads x head size outputs).
+    forward(queries (B, Q, q_size), keys, values, valid_lens=None) -> (B, Q, num_hiddens);
+    .attention_weights holds (B, num_heads, Q, K) (d2l's (B * num_heads, Q, K), reshaped)."""
+
+    def __init__(self, num_hiddens, num_heads, dropout=0.0, bias=False, *, num_kv_heads=None,
+                 seed=0, init_seed=0, need_weights=True, ctx=None):
+        super().__init__(dropout, seed, need_weights, ctx)
+        self.num_hiddens, self.num_heads = int(num_hiddens), int(num_heads)
+        self.num_kv_heads = num_kv_heads
+        self.bias = bool(bias)
+        self.init_seed = init_seed
+        self.weights = None
+
+    def load_weights(self, W_q, W_k, W_v, W_o, b_q=None, b_k=None, b_v=None, b_o=None):
+        self.weights = self._upload(W_q=W_q, W_k=W_k, W_v=W_v, W_o=W_o, b_q=b_q, b_k=b_k,
+                                    b_v=b_v, b_o=b_o)
+        return self
+
+    def load_state_dict(self, state_dict, prefix=""):
+        """d2l's MultiHeadAttention.state_dict() or torch.nn.MultiheadAttention's."""
+        return self.load_weights(**mha_from_state_dict(state_dict, prefix))
+
+    @classmethod
+    def from_torch(cls, module, **kwargs):
+        """A clattn module with the weights of d2l's MultiHeadAttention or of
+        torch.nn.MultiheadAttention (inputs are then batch-first (B, T, E) whatever its
+        batch_first says; its weights returned per head, as average_attn_weights=False)."""
+        sd = module.state_dict()
+        if hasattr(module, "in_proj_bias") or "in_proj_weight" in sd or "q_proj_weight" in sd:
+            hidden, p = module.embed_dim, module.dropout
+        else:
+            hidden, p = sd["W_q.weight"].shape[0], module.attention.dropout.p
+        self = cls(hidden, module.num_heads, p, **kwargs)
+        self.load_state_dict(sd)
+        self.training = module.training
+        return self
+
+    def _init(self, q_size, k_size, v_size):
+        rng = np.random.default_rng(self.init_seed)
+        h = self.num_hiddens
+        kv = h // self.num_heads * (self.num_kv_heads or self.num_heads) if self.num_heads else h
+        w = {"W_q": _lazy_linear(rng, h, q_size), "W_k": _lazy_linear(rng, kv, k_size),
+             "W_v": _lazy_linear(rng, kv, v_size), "W_o": _lazy_linear(rng, h, h)}
+        if self.bias:
+            for n, size, fan_in in (("q", h, q_size), ("k", kv, k_size), ("v", kv, v_size),
+                                    ("o", h, h)):
+                bound = 1.0 / math.sqrt(fan_in)
+                w[f"b_{n}"] = rng.uniform(-bound, bound, size).astype(np.float32)
+        self.load_weights(**w)
+
+    def forward(self, queries, keys, values, valid_lens=None, **kwargs):
+        if self.weights is None:
+            self._init(np.shape(queries)[-1], np.shape(keys)[-1], np.shape(values)[-1])
+        res = F.multihead_attention(queries, keys, values, self.num_heads, valid_lens=valid_lens,
+                                    num_kv_heads=self.num_kv_heads,
+                                    need_weights=self.need_weights, ctx=self.ctx,
+                                    **self.weights, **self._dropout(), **kwargs)
+        out, self.attention_weights = res if self.need_weights else (res, None)
+        return out

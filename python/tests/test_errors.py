@@ -1,0 +1,107 @@
+"""Bad input: a Python exception naming the argument (the C library's message where it found the
+problem), nothing written to the outputs."""
+import numpy as np
+import pytest
+
+import clattn
+
+
+def f32(*shape):
+    return np.ones(shape, np.float32)
+
+
+def assert_untouched(out, value=7.0):
+    assert (out.numpy() == value).all(), "an output was written by a failed call"
+
+
+def test_c_errors_carry_last_error(ctx):
+    out = ctx.full((2, 3, 4), 7.0)
+    with pytest.raises(clattn.ShapeMismatch, match="valid_lens") as e:
+        clattn.masked_softmax(f32(2, 3, 4), [1, 2, 3], out=out)
+    assert e.value.status == 2 and isinstance(e.value, ValueError)
+    assert_untouched(out)
+    with pytest.raises(clattn.InvalidArgument, match="valid_lens"):
+        clattn.masked_softmax(f32(2, 3, 4), [5, 1], out=out)  # a length over K
+    assert_untouched(out)
+    out = ctx.full((2, 3, 6), 7.0)
+    with pytest.raises(clattn.ShapeMismatch, match="K"):
+        clattn.dot_product_attention(f32(2, 3, 4), f32(2, 5, 3), f32(2, 5, 6), out=out)
+    assert_untouched(out)
+
+
+def test_multihead_heads_not_dividing(ctx):
+    out = ctx.full((1, 2, 5), 7.0)
+    with pytest.raises(clattn.Error, match="num_heads"):
+        clattn.multihead_attention(f32(1, 2, 4), f32(1, 3, 4), f32(1, 3, 4), 3, f32(10, 4),
+                                   f32(10, 4), f32(10, 4), f32(5, 10), out=out)
+    assert_untouched(out)
+
+
+def test_python_side_checks_name_the_argument(ctx):
+    with pytest.raises(TypeError, match="queries: dtype float64"):
+        clattn.dot_product_attention(np.ones((2, 3, 4)), f32(2, 5, 4), f32(2, 5, 4))
+    with pytest.raises(ValueError, match="keys: the array is not C-contiguous"):
+        clattn.dot_product_attention(f32(2, 3, 4), f32(2, 4, 5).transpose(0, 2, 1),
+                                     f32(2, 5, 4))
+    with pytest.raises(TypeError, match="values: dtype int32 is not accepted"):
+        clattn.dot_product_attention(f32(2, 3, 4), f32(2, 5, 4), np.ones((2, 5, 4), np.int32))
+    with pytest.raises(TypeError, match="valid_lens: expected integer lengths"):
+        clattn.masked_softmax(f32(2, 3, 4), np.array([1.0, 2.0]))
+    with pytest.raises(TypeError, match="mask: expected a bool or integer"):
+        clattn.masked_softmax(f32(2, 3, 4), mask=np.ones((3, 4)))
+    with pytest.raises(ValueError, match="X: expected 1 to 4 dims"):
+        clattn.masked_softmax(np.ones((1, 1, 1, 1, 2), np.float32))
+    with pytest.raises(ValueError, match="align"):
+        clattn.masked_softmax(f32(2, 3), causal=True, align="bottom")
+    with pytest.raises(TypeError, match="window"):
+        clattn.masked_softmax(f32(2, 3), window=3)
+    with pytest.raises(ValueError, match="dropout_p"):
+        clattn.dot_product_attention(f32(1, 2), f32(1, 2), f32(1, 2), dropout_p=1.5)
+    with pytest.raises(ValueError, match="need"):
+        clattn.dot_product_attention_backward(f32(1, 2), f32(1, 2), f32(1, 2), f32(1, 2),
+                                              need=("dx",))
+    with pytest.raises(TypeError, match="out: expected a clattn.Array"):
+        clattn.masked_softmax(f32(2, 3), out=np.zeros((2, 3), np.float32))
+    with pytest.raises(TypeError, match="k_cache: expected a device clattn.Array"):
+        clattn.decode_attention(f32(1, 1, 1, 4), f32(1, 1, 8, 4), f32(1, 1, 8, 4),
+                                np.array([1], np.int32))
+    with pytest.raises(TypeError, match="ctx: expected a clattn.Context"):
+        clattn.masked_softmax(f32(2, 3), ctx="cpu")
+
+
+def test_context_errors():
+    with pytest.raises(clattn.DeviceNotFound, match="no-such-device-xyz"):
+        clattn.Context("no-such-device-xyz")
+    with pytest.raises(clattn.InvalidArgument, match="bogus"):
+        clattn.Context(tuning="matmul=bogus")
+    with pytest.raises(TypeError, match="sync"):
+        clattn.Context(sync=2)
+    c = clattn.Context()
+    c.close()
+    with pytest.raises(ValueError, match="closed"):
+        c.finish()
+    c.close()
+
+
+def test_array_of_another_context(ctx):
+    other = clattn.Context()
+    try:
+        a = other.array(f32(2, 3))
+        with pytest.raises(ValueError, match="X: the array belongs to another OpenCL context"):
+            clattn.masked_softmax(a, ctx=ctx)
+    finally:
+        other.close()
+
+
+def test_state_dict_errors():
+    with pytest.raises(KeyError, match="in_proj_weight"):
+        clattn.MultiHeadAttention(4, 2).load_state_dict({"foo": np.zeros(3)})
+    with pytest.raises(ValueError, match="add_bias_kv"):
+        clattn.MultiHeadAttention(4, 2).load_state_dict(
+            {"in_proj_weight": np.zeros((12, 4)), "bias_k": np.zeros((1, 1, 4))})
+    with pytest.raises(TypeError, match="W_q.weight: expected float"):
+        clattn.AdditiveAttention(2).load_state_dict(
+            {"W_q.weight": np.zeros((2, 2), np.int64), "W_k.weight": np.zeros((2, 2)),
+             "w_v.weight": np.zeros((1, 2))})
+    with pytest.raises(ValueError, match="dropout"):
+        clattn.DotProductAttention(dropout=2.0)

@@ -1,0 +1,52 @@
+"""pyopencl interop: a clattn context over pyopencl's queue and arrays shared both ways, with no
+copy (a write through one side is seen through the other)."""
+import numpy as np
+import pytest
+
+import clattn
+import reference as ref
+
+cl = pytest.importorskip("pyopencl")
+cla = pytest.importorskip("pyopencl.array")
+
+
+@pytest.fixture(scope="module")
+def shared(ctx):
+    cl_ctx, queue = ctx.to_pyopencl()  # pyopencl objects over clattn's own context and queue
+    wrapped = clattn.Context.from_pyopencl(queue)
+    yield wrapped, queue
+    wrapped.close()
+
+
+def test_wrapped_context_runs_pyopencl_arrays(shared, rng):
+    c, queue = shared
+    Q = cla.to_device(queue, rng.standard_normal((2, 5, 8)).astype(np.float32))
+    K = cla.to_device(queue, rng.standard_normal((2, 7, 8)).astype(np.float32))
+    V = cla.to_device(queue, rng.standard_normal((2, 7, 3)).astype(np.float32))
+    q, k, v = (clattn.Array.from_pyopencl(c, a) for a in (Q, K, V))
+    out = clattn.dot_product_attention(q, k, v, [7, 2], ctx=c)
+    got = out.to_pyopencl(queue).get()
+    want, W, _ = ref.attention(Q.get(), K.get(), V.get(), ref.blocked((2, 5, 7), [7, 2]))
+    ref.assert_scaled(got, want, ref.out_scale(W, V.get()), 1e-4, "attention over pyopencl")
+
+
+def test_no_copies(shared):
+    c, queue = shared
+    host = np.arange(12, dtype=np.float32)
+    pa = cla.to_device(queue, host)
+    view = clattn.Array.from_pyopencl(c, pa[4:]).reshape(2, 4)
+    pa.fill(5.0)  # written through pyopencl, read through clattn
+    assert (view.numpy() == 5).all()
+    view.fill(2.0)  # written through clattn, read through pyopencl
+    c.finish()
+    assert pa.get().tolist() == [5.0] * 4 + [2.0] * 8
+    buf_view = clattn.Array.from_pyopencl(c, pa.base_data, shape=(3,), dtype="float32", offset=1)
+    assert buf_view.numpy().tolist() == [5.0, 5.0, 5.0]
+
+
+def test_interop_bad_input(shared):
+    c, queue = shared
+    with pytest.raises(TypeError, match="shape, dtype"):
+        clattn.Array.from_pyopencl(c, cl.Buffer(queue.context, cl.mem_flags.READ_WRITE, 64))
+    with pytest.raises(TypeError, match="data: .*float64"):
+        clattn.Array.from_pyopencl(c, cla.zeros(queue, 4, np.float64))

@@ -1,0 +1,141 @@
+"""The d2l modules: against the NumPy references, and against d2l's PyTorch code and
+torch.nn.MultiheadAttention when torch is importable (their weights loaded from state_dicts)."""
+import os
+import sys
+
+import numpy as np
+import pytest
+
+import clattn
+import reference as ref
+from test_functional import OUT_TOL, W_ATOL, W_RTOL
+
+TOOLS = os.path.join(os.path.dirname(__file__), "..", "..", "tools")
+try:
+    import torch
+    from torch import nn
+    sys.path.insert(0, TOOLS)
+    import d2l_torch  # d2l's PyTorch code, shared with tools/torch_peers.py
+except ImportError:
+    torch = None
+needs_torch = pytest.mark.skipif(torch is None, reason="torch (or the repository's tools/) "
+                                 "is not there")
+
+
+def test_dot_product_attention_module(ctx, rng):
+    # d2l 11.3.3's example shapes: queries (2, 1, 2), keys (2, 10, 2), values (2, 10, 4).
+    q, k = rng.standard_normal((2, 1, 2)).astype(np.float32), np.ones((2, 10, 2), np.float32)
+    v = np.tile(np.arange(40, dtype=np.float32).reshape(1, 10, 4), (2, 1, 1))
+    attention = clattn.DotProductAttention(dropout=0.5)
+    attention.eval()
+    out = attention(q, k, v, np.array([2, 6]))
+    assert out.shape == (2, 1, 4)
+    want_o, want_w, _ = ref.attention(q, k, v, ref.blocked((2, 1, 10), [2, 6]))
+    ref.assert_close(attention.attention_weights.numpy(), want_w, W_RTOL, W_ATOL, "weights")
+    ref.assert_scaled(out.numpy(), want_o, ref.out_scale(want_w, v), OUT_TOL, "out")
+    attention.train()
+    a, b = attention(q, k, v, [2, 6]).numpy(), attention(q, k, v, [2, 6]).numpy()
+    assert not np.array_equal(a, b)  # a new dropout mask each call in training mode
+
+
+def test_multihead_module_d2l_example(ctx, rng):
+    # d2l 11.5: 100 hiddens, 5 heads, X (2, 4, 100), Y (2, 6, 100), valid_lens [3, 2].
+    attention = clattn.MultiHeadAttention(100, 5, 0.5, init_seed=3)
+    attention.eval()
+    X, Y = np.ones((2, 4, 100), np.float32), np.ones((2, 6, 100), np.float32)
+    out = attention(X, Y, Y, np.array([3, 2]))
+    assert out.shape == (2, 4, 100)
+    assert attention.attention_weights.shape == (2, 5, 4, 6)
+    w = {n: a.numpy() for n, a in attention.weights.items() if a is not None}
+    want_o, want_w, mag = ref.multihead(X, Y, Y, 5, w, lambda s: ref.blocked(s, [3, 2]))
+    ref.assert_close(attention.attention_weights.numpy(), want_w, W_RTOL, W_ATOL, "weights")
+    ref.assert_scaled(out.numpy(), want_o, mag + np.abs(want_o), OUT_TOL, "out")
+
+
+def test_additive_module_lazy_init(ctx, rng):
+    attention = clattn.AdditiveAttention(8, 0.1, init_seed=1).eval()
+    q, k, v = (rng.standard_normal(s).astype(np.float32) for s in
+               ((2, 3, 5), (2, 7, 4), (2, 7, 6)))
+    out = attention(q, k, v, [7, 2])
+    W_q, W_k, w_v = attention.W_q.numpy(), attention.W_k.numpy(), attention.w_v.numpy()
+    assert W_q.shape == (8, 5) and W_k.shape == (8, 4) and w_v.shape == (1, 8)
+    assert np.abs(W_q).max() <= 1 / np.sqrt(5)  # LazyLinear's bound
+    want_o, want_w = ref.additive(q, k, v, W_q, W_k, w_v, ref.blocked((2, 3, 7), [7, 2]))
+    ref.assert_scaled(out.numpy(), want_o, ref.out_scale(want_w, v), OUT_TOL, "additive")
+
+
+def _t(a):
+    return torch.from_numpy(np.asarray(a))
+
+
+@needs_torch
+@pytest.mark.parametrize("bias", [False, True])
+def test_multihead_against_d2l_torch(ctx, rng, bias):
+    torch.manual_seed(int(rng.integers(1 << 30)))
+    net = d2l_torch.MultiHeadAttention(20, 4, 0.5, bias).eval()
+    X = rng.standard_normal((3, 5, 12)).astype(np.float32)
+    Y = rng.standard_normal((3, 7, 9)).astype(np.float32)
+    lens = np.array([7, 0, 3])
+    with torch.no_grad():
+        want = net(_t(X), _t(Y), _t(Y), _t(lens)).double().numpy()
+    want_w = net.attention.attention_weights.double().numpy().reshape(3, 4, 5, 7)
+    mine = clattn.MultiHeadAttention.from_torch(net)
+    assert not mine.training
+    out = mine(X, Y, Y, lens)
+    ref.assert_close(mine.attention_weights.numpy(), want_w, W_RTOL, 1e-6, "weights vs d2l")
+    w = {n: a.numpy() for n, a in mine.weights.items() if a is not None}
+    _, _, mag = ref.multihead(X, Y, Y, 4, w, lambda s: ref.blocked(s, lens))
+    # torch's float32 result carries its own rounding: twice the tolerance covers both.
+    ref.assert_scaled(out.numpy(), want, mag + np.abs(want), 2 * OUT_TOL, "out vs d2l")
+
+
+@needs_torch
+def test_additive_against_d2l_torch(ctx, rng):
+    torch.manual_seed(int(rng.integers(1 << 30)))
+    net = d2l_torch.AdditiveAttention(8, 0.1).eval()
+    q, k, v = (rng.standard_normal(s).astype(np.float32) for s in
+               ((2, 3, 5), (2, 7, 4), (2, 7, 6)))
+    lens = np.array([[7, 1, 0], [2, 7, 5]])
+    with torch.no_grad():
+        want = net(_t(q), _t(k), _t(v), _t(lens)).double().numpy()
+    mine = clattn.AdditiveAttention(8).eval().load_state_dict(net.state_dict())
+    out = mine(q, k, v, lens)
+    ref.assert_close(mine.attention_weights.numpy(), net.attention_weights.double().numpy(),
+                     W_RTOL, 1e-6, "weights vs d2l")
+    ref.assert_scaled(out.numpy(), want, ref.out_scale(mine.attention_weights.numpy(), v),
+                      2 * OUT_TOL, "out vs d2l")
+
+
+@needs_torch
+@pytest.mark.parametrize("kdim", [None, 6])
+def test_multihead_against_torch_nn(ctx, rng, kdim):
+    torch.manual_seed(int(rng.integers(1 << 30)))
+    net = nn.MultiheadAttention(16, 4, batch_first=True, kdim=kdim, vdim=kdim).eval()
+    with torch.no_grad():  # nonzero biases, so the test sees them
+        net.in_proj_bias.uniform_(-0.5, 0.5)
+        net.out_proj.bias.uniform_(-0.5, 0.5)
+    X = rng.standard_normal((2, 5, 16)).astype(np.float32)
+    Y = rng.standard_normal((2, 9, kdim or 16)).astype(np.float32)
+    lens = np.array([9, 4])
+    pad = np.arange(9)[None, :] >= lens[:, None]  # key_padding_mask: True = ignored
+    with torch.no_grad():
+        want, want_w = net(_t(X), _t(Y), _t(Y), key_padding_mask=_t(pad),
+                           average_attn_weights=False)
+    mine = clattn.MultiHeadAttention.from_torch(net)
+    out = mine(X, Y, Y, lens, fill=float("-inf"))  # masked_fill(-inf), as torch's padding mask
+    ref.assert_close(mine.attention_weights.numpy(), want_w.double().numpy(), W_RTOL, 1e-6,
+                     "weights vs nn.MultiheadAttention")
+    w = {n: a.numpy() for n, a in mine.weights.items() if a is not None}
+    _, _, mag = ref.multihead(X, Y, Y, 4, w, lambda s: ref.blocked(s, lens))
+    want = want.double().numpy()
+    ref.assert_scaled(out.numpy(), want, mag + np.abs(want), 2 * OUT_TOL,
+                      "out vs nn.MultiheadAttention")
+
+
+@needs_torch
+def test_masked_softmax_against_d2l_torch(ctx, rng):
+    X = rng.random((2, 2, 4)).astype(np.float32)
+    for lens in (np.array([2, 3]), np.array([[1, 3], [2, 4]])):
+        want = d2l_torch.masked_softmax(_t(X).clone(), _t(lens)).double().numpy()
+        ref.assert_close(clattn.masked_softmax(X, lens).numpy(), want, 2e-6, 1e-9,
+                         f"masked_softmax vs d2l {lens.tolist()}")
