@@ -15,9 +15,10 @@ from .context import Context, Device, default_context, devices, set_default_cont
 from .errors import (BuildFailed, DeviceNotFound, Error, FileError, InvalidArgument,
                      InvalidTensor, NoPlatform, OpenCLError, OutOfMemory, ShapeMismatch,
                      Unsupported)
-from .functional import (additive_attention, decode_attention, dot_product_attention,
-                         dot_product_attention_backward, dropout, linear, masked_softmax, matmul,
-                         multihead_attention)
+from .functional import (additive_attention, additive_attention_backward, decode_attention,
+                         dot_product_attention, dot_product_attention_backward, dropout, linear,
+                         masked_softmax, masked_softmax_backward, matmul, multihead_attention,
+                         multihead_attention_backward)
 from .modules import AdditiveAttention, DotProductAttention, MultiHeadAttention
 from .plot import show_heatmaps
 
@@ -34,5 +35,6 @@ __all__ = ["Array", "Context", "Device", "default_context", "devices", "set_defa
            "InvalidTensor", "NoPlatform", "OpenCLError", "OutOfMemory", "ShapeMismatch",
            "Unsupported", "additive_attention", "decode_attention", "dot_product_attention",
            "dot_product_attention_backward", "dropout", "linear", "masked_softmax", "matmul",
-           "multihead_attention", "AdditiveAttention", "DotProductAttention",
+           "multihead_attention", "additive_attention_backward", "masked_softmax_backward",
+           "multihead_attention_backward", "AdditiveAttention", "DotProductAttention",
            "MultiHeadAttention", "show_heatmaps"]

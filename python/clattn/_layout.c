@@ -51,6 +51,10 @@ static const layout_row rows[] = {
     FIELD(clattn_mha_grads, dW_k), FIELD(clattn_mha_grads, dW_v), FIELD(clattn_mha_grads, dW_o),
     FIELD(clattn_mha_grads, db_q), FIELD(clattn_mha_grads, db_k), FIELD(clattn_mha_grads, db_v),
     FIELD(clattn_mha_grads, db_o), FIELD(clattn_mha_grads, dbias),
+    SIZE(clattn_additive_grads), FIELD(clattn_additive_grads, dqueries),
+    FIELD(clattn_additive_grads, dkeys), FIELD(clattn_additive_grads, dvalues),
+    FIELD(clattn_additive_grads, dW_q), FIELD(clattn_additive_grads, dW_k),
+    FIELD(clattn_additive_grads, dw_v),
 };
 
 /* Row i of the table, or 0 past its end. */

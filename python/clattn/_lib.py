@@ -68,13 +68,17 @@ class MHAGrads(ctypes.Structure):
                                        "dW_o", "db_q", "db_k", "db_v", "db_o", "dbias")]
 
 
+class AdditiveGrads(ctypes.Structure):
+    _fields_ = [(n, TensorP) for n in ("dqueries", "dkeys", "dvalues", "dW_q", "dW_k", "dw_v")]
+
+
 # C name -> ctypes mirror, for the layout check.
 STRUCTS = {
     "clattn_tensor": Tensor, "clattn_params": Params, "clattn_mask": Mask,
     "clattn_dropout_params": Dropout, "clattn_attention_opts": AttentionOpts,
     "clattn_kv_cache": KVCache, "clattn_additive_weights": AdditiveWeights,
     "clattn_mha_weights": MHAWeights, "clattn_attention_grads": AttentionGrads,
-    "clattn_mha_grads": MHAGrads,
+    "clattn_mha_grads": MHAGrads, "clattn_additive_grads": AdditiveGrads,
 }
 
 _T = TensorP
@@ -117,6 +121,10 @@ _PROTOTYPES = {
     "clattn_multihead_attention_backward": (c_int, [_P, _T, _T, _T, POINTER(MHAWeights),
                                                     POINTER(AttentionOpts), _T,
                                                     POINTER(MHAGrads)]),
+    "clattn_masked_softmax_backward": (c_int, [_P, _T, _T, POINTER(Mask), _T]),
+    "clattn_additive_attention_backward": (c_int, [_P, _T, _T, _T, POINTER(AdditiveWeights),
+                                                   POINTER(AttentionOpts), _T,
+                                                   POINTER(AdditiveGrads)]),
     "clattn_py_layout": (c_int, [c_int, POINTER(c_char_p), POINTER(c_char_p),
                                  POINTER(c_size_t)]),
 }

@@ -145,10 +145,13 @@ def multihead_attention(queries, keys, values, num_heads, W_q, W_k, W_v, W_o, b_
                         b_v=None, b_o=None, valid_lens=None, *, num_kv_heads=None, mask=None,
                         causal=False, fill=None, align="top_left", window=None, bias=None,
                         alibi_slopes=None, dropout_p=0.0, seed=0, offset=0, need_weights=False,
-                        out=None, out_dtype=None, ctx=None):
+                        need_saved=False, out=None, out_dtype=None, ctx=None):
     """d2l's multi-head attention (PyTorch weight layout: W_q (hidden, q_size), W_o (out_size,
     hidden), biases or None) over queries (B, Q, q_size), keys (B, K, k_size), values
-    (B, K, v_size). Returns out (B, Q, out_size); with need_weights (out, weights (B, H, Q, K))."""
+    (B, K, v_size). Returns out (B, Q, out_size); with need_weights also the weights
+    (B, H, Q, K), with need_saved also what multihead_attention_backward(saved=) reads instead of
+    running the forward again (a float32 Array of clattn_mha_saved_numel elements), in that
+    order."""
     c = Call(ctx, queries, keys, values, W_q, valid_lens, mask, out)
     q = _shape(c, queries, "queries", 3, 3)
     k = _shape(c, keys, "keys", 3, 3)
@@ -158,14 +161,101 @@ def multihead_attention(queries, keys, values, num_heads, W_q, W_k, W_v, W_o, b_
     if W_o.ndim != 2:
         raise ValueError(f"W_o: expected (out_size, hidden), got shape {W_o.shape}")
     m = c.mask(valid_lens, mask, causal, fill, align, window)
-    o = c.opts(m, dropout_p, seed, offset, None, None, bias, alibi_slopes)
+    saved = _mha_saved(c, q, k, w) if need_saved else None
+    o = c.opts(m, dropout_p, seed, offset, None, None, bias, alibi_slopes, saved)
     dtype = out_dtype or q.dtype
     weights = c.output(None, "weights", (q.shape[0], int(num_heads), q.shape[1], k.shape[1]),
                        dtype) if need_weights and num_heads > 0 else None
     out = c.output(out, "out", q.shape[:2] + W_o.shape[:1], dtype)
     c.call(lib.clattn_multihead_attention, _t(q), _t(k), _t(v), ctypes.byref(w),
            ctypes.byref(o), _t(out), _p(weights))
-    return _results(out, [weights] if need_weights else [])
+    return _results(out, [a for a in (weights, saved) if a is not None])
+
+
+def _mha_saved(c, q, k, w):
+    n = lib.clattn_mha_saved_numel(_t(q), _t(k), ctypes.byref(w))
+    if n == 0:
+        raise ValueError("need_saved: the weights do not fit these inputs (num_heads, shapes)")
+    return c.output(None, "saved", (n,), "float32")
+
+
+def _grads(c, need, inputs):
+    """Gradient Arrays (float32, each its input's shape) for the names in need that have an
+    input; need None: all of them."""
+    names = [n for n, a in inputs if a is not None]
+    if need is not None:
+        bad = set(need) - set(names)
+        if bad:
+            raise ValueError(f"need: no gradient named {sorted(bad)} here (have {names})")
+        names = [n for n in names if n in need]
+    shapes = dict(inputs)
+    return {n: c.output(None, n, shapes[n].shape, "float32") for n in names}
+
+
+def multihead_attention_backward(queries, keys, values, dout, num_heads, W_q, W_k, W_v, W_o,
+                                 b_q=None, b_k=None, b_v=None, b_o=None, valid_lens=None, *,
+                                 num_kv_heads=None, mask=None, causal=False, fill=None,
+                                 align="top_left", window=None, bias=None, alibi_slopes=None,
+                                 dropout_p=0.0, seed=0, offset=0, saved=None, need=None,
+                                 ctx=None):
+    """The gradients of multihead_attention with the same arguments from dout (B, Q, out_size):
+    a dict of float32 Arrays named dqueries, dkeys, dvalues, dW_q, dW_k, dW_v, dW_o and, for the
+    biases given, db_q, db_k, db_v, db_o (need: the names wanted; default all). saved: the
+    forward's need_saved Array, read instead of computing the forward again. Self-attention (one
+    tensor as queries, keys and values): its gradient is the sum of the three."""
+    c = Call(ctx, queries, keys, values, dout, W_q, valid_lens, mask)
+    q = _shape(c, queries, "queries", 3, 3)
+    k = _shape(c, keys, "keys", 3, 3)
+    v = _shape(c, values, "values", 3, 3)
+    dO = _shape(c, dout, "dout", 3, 3)
+    args = dict(W_q=W_q, W_k=W_k, W_v=W_v, W_o=W_o, b_q=b_q, b_k=b_k, b_v=b_v, b_o=b_o)
+    arrays = {n: None if a is None else c.array(a, n) for n, a in args.items()}
+    w = mha_weights(c, num_heads, num_kv_heads=num_kv_heads, **arrays)
+    m = c.mask(valid_lens, mask, causal, fill, align, window)
+    sv = None if saved is None else c.array(saved, "saved", ("float32",))
+    o = c.opts(m, dropout_p, seed, offset, None, None, bias, alibi_slopes, sv)
+    grads = _grads(c, need, [("dqueries", q), ("dkeys", k), ("dvalues", v)] +
+                   [("d" + n, a) for n, a in arrays.items()])
+    g = _lib.MHAGrads(**{n: _p(a) for n, a in grads.items()})
+    c.call(lib.clattn_multihead_attention_backward, _t(q), _t(k), _t(v), ctypes.byref(w),
+           ctypes.byref(o), _t(dO), ctypes.byref(g))
+    return grads
+
+
+def additive_attention_backward(queries, keys, values, W_q, W_k, w_v, dout, valid_lens=None, *,
+                                mask=None, causal=False, fill=None, dropout_p=0.0, seed=0,
+                                offset=0, need=None, ctx=None):
+    """The gradients of additive_attention with the same arguments from dout (B, Q, v): a dict
+    of float32 Arrays named dqueries, dkeys, dvalues, dW_q, dW_k, dw_v (need: the names wanted;
+    default all)."""
+    c = Call(ctx, queries, keys, values, dout, W_q, valid_lens, mask)
+    q = _shape(c, queries, "queries", 3, 3)
+    k = _shape(c, keys, "keys", 3, 3)
+    v = _shape(c, values, "values", 3, 3)
+    dO = _shape(c, dout, "dout", 3, 3)
+    wa = {n: c.array(a, n) for n, a in (("W_q", W_q), ("W_k", W_k), ("w_v", w_v))}
+    w = _lib.AdditiveWeights(*(_p(a) for a in wa.values()))
+    m = c.mask(valid_lens, mask, causal, fill)
+    o = c.opts(m, dropout_p, seed, offset)
+    grads = _grads(c, need, [("dqueries", q), ("dkeys", k), ("dvalues", v)] +
+                   [("d" + n, a) for n, a in wa.items()])
+    g = _lib.AdditiveGrads(**{n: _p(a) for n, a in grads.items()})
+    c.call(lib.clattn_additive_attention_backward, _t(q), _t(k), _t(v), ctypes.byref(w),
+           ctypes.byref(o), _t(dO), ctypes.byref(g))
+    return grads
+
+
+def masked_softmax_backward(out, dout, valid_lens=None, *, mask=None, causal=False,
+                            align="top_left", window=None, dscores=None, ctx=None):
+    """The gradient of masked_softmax's scores from its output out and dout (exactly 0 at
+    blocked keys), with the forward's mask. float32."""
+    c = Call(ctx, out, dout, valid_lens, mask, dscores)
+    y = _shape(c, out, "out", 1)
+    dy = _shape(c, dout, "dout", 1)
+    m = c.mask(valid_lens, mask, causal, None, align, window)
+    dscores = c.output(dscores, "dscores", y.shape, "float32")
+    c.call(lib.clattn_masked_softmax_backward, _t(y), _t(dy), ctypes.byref(m), _t(dscores))
+    return dscores
 
 
 def decode_attention(queries, k_cache, v_cache, lens, k_new=None, v_new=None, *, advance=False,
@@ -234,6 +324,7 @@ def dropout(x, p, *, seed=0, offset=0, training=True, out=None, ctx=None):
     return out
 
 
-__all__ = ["masked_softmax", "dot_product_attention", "dot_product_attention_backward",
-           "additive_attention", "multihead_attention", "decode_attention", "matmul", "linear",
-           "dropout"]
+__all__ = ["masked_softmax", "masked_softmax_backward", "dot_product_attention",
+           "dot_product_attention_backward", "additive_attention", "additive_attention_backward",
+           "multihead_attention", "multihead_attention_backward", "decode_attention", "matmul",
+           "linear", "dropout"]

@@ -1,5 +1,6 @@
 """d2l's attention modules (chapter 11) over clattn: the same constructors and forward arguments,
-weights from NumPy or a PyTorch state_dict, train() / eval() as torch.nn.Module's."""
+weights from NumPy or a PyTorch state_dict, train() / eval() as torch.nn.Module's, and backward()
+for the gradients of the last call."""
 import math
 
 import numpy as np
@@ -23,6 +24,7 @@ class Module:
         self.attention_weights = None
         self.ctx = ctx
         self._calls = 0
+        self._backward = None
 
     def train(self, mode=True):
         self.training = bool(mode)
@@ -43,9 +45,22 @@ class Module:
     def __call__(self, *args, **kwargs):
         return self.forward(*args, **kwargs)
 
+    def backward(self, dout):
+        """The gradients of the last forward call's inputs (and weights) from dout, the
+        gradient of its output: a dict of float32 Arrays (dqueries, dkeys, dvalues and each
+        weight's, e.g. dW_q). The same dropout mask as that call's is redrawn."""
+        if self._backward is None:
+            raise RuntimeError("backward: call the module forward first")
+        return self._backward(dout)
+
     def _upload(self, **weights):
         ctx = self.context()
         return {n: None if w is None else ctx.array(host_weight(w, n)) for n, w in weights.items()}
+
+
+def _backward_kwargs(kwargs):
+    """A forward's keyword arguments that its backward takes too (the mask, scale, ...)."""
+    return {k: v for k, v in kwargs.items() if k not in ("out", "out_dtype")}
 
 
 def _lazy_linear(rng, out_features, in_features):
@@ -64,10 +79,18 @@ class DotProductAttention(Module):
         super().__init__(dropout, seed, need_weights, ctx)
 
     def forward(self, queries, keys, values, valid_lens=None, **kwargs):
+        drop = self._dropout()
         res = F.dot_product_attention(queries, keys, values, valid_lens,
-                                      need_weights=self.need_weights, ctx=self.ctx,
-                                      **self._dropout(), **kwargs)
-        out, self.attention_weights = res if self.need_weights else (res, None)
+                                      need_weights=self.need_weights, need_lse=True,
+                                      ctx=self.ctx, **drop, **kwargs)
+        out, self.attention_weights, lse = res if self.need_weights else (res[0], None, res[1])
+
+        def backward(dout):
+            g = F.dot_product_attention_backward(queries, keys, values, dout, valid_lens,
+                                                 out=out, lse=lse, ctx=self.ctx, **drop,
+                                                 **_backward_kwargs(kwargs))
+            return dict(zip(("dqueries", "dkeys", "dvalues"), g))
+        self._backward = backward
         return out
 
 
@@ -98,10 +121,15 @@ class AdditiveAttention(Module):
             h = self.num_hiddens
             self.load_weights(_lazy_linear(rng, h, np.shape(queries)[-1]),
                               _lazy_linear(rng, h, np.shape(keys)[-1]), _lazy_linear(rng, 1, h))
+        drop = self._dropout()
         res = F.additive_attention(queries, keys, values, self.W_q, self.W_k, self.w_v,
                                    valid_lens, need_weights=self.need_weights, ctx=self.ctx,
-                                   **self._dropout(), **kwargs)
+                                   **drop, **kwargs)
         out, self.attention_weights = res if self.need_weights else (res, None)
+        weights = (self.W_q, self.W_k, self.w_v)
+        self._backward = lambda dout: F.additive_attention_backward(
+            queries, keys, values, *weights, dout, valid_lens, ctx=self.ctx, **drop,
+            **_backward_kwargs(kwargs))
         return out
 
 
@@ -163,9 +191,18 @@ class MultiHeadAttention(Module):
     def forward(self, queries, keys, values, valid_lens=None, **kwargs):
         if self.weights is None:
             self._init(np.shape(queries)[-1], np.shape(keys)[-1], np.shape(values)[-1])
+        drop = self._dropout()
         res = F.multihead_attention(queries, keys, values, self.num_heads, valid_lens=valid_lens,
                                     num_kv_heads=self.num_kv_heads,
-                                    need_weights=self.need_weights, ctx=self.ctx,
-                                    **self.weights, **self._dropout(), **kwargs)
-        out, self.attention_weights = res if self.need_weights else (res, None)
+                                    need_weights=self.need_weights, need_saved=self.training,
+                                    ctx=self.ctx, **self.weights, **drop, **kwargs)
+        res = list(res) if isinstance(res, tuple) else [res]
+        out = res.pop(0)
+        self.attention_weights = res.pop(0) if self.need_weights else None
+        saved = res.pop(0) if self.training else None
+        weights = dict(self.weights)
+        self._backward = lambda dout: F.multihead_attention_backward(
+            queries, keys, values, dout, self.num_heads, valid_lens=valid_lens,
+            num_kv_heads=self.num_kv_heads, saved=saved, ctx=self.ctx, **weights, **drop,
+            **_backward_kwargs(kwargs))
         return out

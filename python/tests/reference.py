@@ -76,6 +76,70 @@ def attention_backward(Q, K, V, dout, blk, scale=None, fill=-1e6):
     return dS @ K, np.swapaxes(dS, -1, -2) @ Q, dV
 
 
+def attention_backward_mag(Q, K, V, dout, blk, P, scale=None):
+    """The magnitudes the gradients' float32 rounding scales with: attention_backward with every
+    sum over terms' absolute values (|dP| = |dout| |V|^T, dS = P (|dP| + rowsum(|dP| P))), for
+    the weights P of the signed inputs."""
+    Q, K, V, dout = (np.abs(np.asarray(a, np.float64)) for a in (Q, K, V, dout))
+    scale = 1 / np.sqrt(Q.shape[-1]) if scale is None else abs(scale)
+    dP = dout @ np.swapaxes(V, -1, -2)
+    dS = np.where(blk, 0.0, P * (dP + (dP * P).sum(axis=-1, keepdims=True))) * scale
+    return dS @ K, np.swapaxes(dS, -1, -2) @ Q, np.swapaxes(P, -1, -2) @ dout
+
+
+def multihead_backward(q, k, v, num_heads, w, blk_fn, dout, fill=-1e6):
+    """The gradients of multihead()'s inputs, weights and biases (dqueries, ..., dW_q, ...,
+    db_q, ...) for dout, and for each the magnitude scale of its float32 rounding."""
+    H = num_heads
+    dh = w["W_q"].shape[0] // H
+    Hkv = w["W_k"].shape[0] // dh
+    B, Tq, Tk = q.shape[0], q.shape[1], k.shape[1]
+
+    def heads(x, h):
+        return x.reshape(B, x.shape[1], h, dh).transpose(0, 2, 1, 3)
+
+    def concat(x):
+        return x.transpose(0, 2, 1, 3).reshape(B, x.shape[2], -1)
+
+    def ungroup(x):  # (B, H, T, dh) gradients of shared K/V heads: sum each group
+        return x.reshape(B, Hkv, H // Hkv, x.shape[2], dh).sum(axis=2)
+
+    blk = blk_fn((B, H, Tq, Tk))
+    g = H // Hkv
+    Qs = heads(linear(q, w["W_q"], w.get("b_q")), H)
+    Ks = np.repeat(heads(linear(k, w["W_k"], w.get("b_k")), Hkv), g, axis=1)
+    _, P, _ = attention(Qs, Ks, Ks, blk, fill=fill)  # the weights, for both chains
+
+    def chain(absolute):
+        f = np.abs if absolute else (lambda a: np.asarray(a, np.float64))
+        W = {n: None if a is None else f(a) for n, a in w.items()}
+        x = {"queries": f(q), "keys": f(k), "values": f(v)}
+        proj = {n: linear(x[n], W["W_" + n[0]], W.get("b_" + n[0]))
+                for n in ("queries", "keys", "values")}
+        Qh, Kh, Vh = (heads(proj[n], h) for n, h in (("queries", H), ("keys", Hkv),
+                                                     ("values", Hkv)))
+        Kr, Vr = np.repeat(Kh, g, axis=1), np.repeat(Vh, g, axis=1)
+        o = P @ Vr
+        d = f(dout)
+        dC = d @ W["W_o"]
+        if absolute:
+            dQh, dKh, dVh = attention_backward_mag(Qh, Kr, Vr, heads(dC, H), blk, P)
+        else:
+            dQh, dKh, dVh = attention_backward(Qh, Kr, Vr, heads(dC, H), blk, fill=fill)
+        dp = {"queries": concat(dQh), "keys": concat(ungroup(dKh)),
+              "values": concat(ungroup(dVh))}
+        grads = {"dW_o": np.einsum("bto,bth->oh", d, concat(o))}
+        if w.get("b_o") is not None:
+            grads["db_o"] = d.sum(axis=(0, 1))
+        for n, c in (("queries", "q"), ("keys", "k"), ("values", "v")):
+            grads["d" + n] = dp[n] @ W["W_" + c]
+            grads["dW_" + c] = np.einsum("bth,bti->hi", dp[n], x[n])
+            if w.get("b_" + c) is not None:
+                grads["db_" + c] = dp[n].sum(axis=(0, 1))
+        return grads
+    return chain(False), chain(True)
+
+
 def additive(q, k, v, W_q, W_k, w_v, blk, fill=-1e6):
     """d2l's AdditiveAttention: scores w_v . tanh(W_q q + W_k k)."""
     qp = np.asarray(q, np.float64) @ np.asarray(W_q, np.float64).T

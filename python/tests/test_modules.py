@@ -17,7 +17,7 @@ try:
     sys.path.insert(0, TOOLS)
     import d2l_torch  # d2l's PyTorch code, shared with tools/torch_peers.py
 except ImportError:
-    torch = None
+    torch = nn = d2l_torch = None
 needs_torch = pytest.mark.skipif(torch is None, reason="torch (or the repository's tools/) "
                                  "is not there")
 
