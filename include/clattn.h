@@ -87,6 +87,13 @@ typedef struct {
      * CLATTN_SYNC; 0 = as CLATTN_SYNC, which reads 1/true/yes/on or 0/false/no/off/empty in any
      * case (another value is an error). Any other field value is an error. */
     int sync;
+    /* The tune file clattn-tune writes (kernel parameters measured on this device; README,
+     * Tuning a device), as CLATTN_TUNE_FILE; NULL = use the env. Unset or empty: the file
+     * clattn-tune-<key>.txt for this device in cache_dir, else in $XDG_CACHE_HOME/clattn, else
+     * in $HOME/.cache/clattn; "off": none. A file that is missing, stale (another device, driver
+     * or clattn version) or corrupt is ignored, never an error (clattn_context_tune_note says
+     * why); its entries yield to tuning and CLATTN_TUNE, op by op. */
+    const char *tune_file;
 } clattn_params;
 
 /* Default fill for masked scores: d2l's -1e6 (the tutorial uses -1e9). */
@@ -170,6 +177,16 @@ CLATTN_API const char *clattn_context_description(const clattn_context *ctx);
 /* Device memory the context holds for intermediates (its scratch arena), in bytes. The arena
  * grows to the largest op run so far and is reused; it is freed with the context. */
 CLATTN_API size_t clattn_context_scratch_bytes(const clattn_context *ctx);
+/* The tune file this context looked for ("" when off) and one line on what came of it: its
+ * entries in use, or why none are (no file there, stale, corrupt). */
+CLATTN_API const char *clattn_context_tune_path(const clattn_context *ctx);
+CLATTN_API const char *clattn_context_tune_note(const clattn_context *ctx);
+/* The kernel variant and parameters this context runs op with, in CLATTN_TUNE's entry syntax
+ * ("cpu:QR=5:KB=64:..."), from the override, the tune file or the table; op is one of matmul,
+ * softmax, attention, decode, backward, optionally with a tune-file bucket ("attention@d128").
+ * CLATTN_ERROR_INVALID_ARGUMENT for an unknown op or bucket, or a buffer too small. */
+CLATTN_API clattn_status clattn_context_tuning(clattn_context *ctx, const char *op, char *buf,
+                                               size_t size);
 /* Blocks until everything enqueued on the context's queue has finished. */
 CLATTN_API clattn_status clattn_finish(clattn_context *ctx);
 

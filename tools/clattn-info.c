@@ -59,6 +59,7 @@ int main(void)
         return 1;
     }
     printf("selected: %s\n", clattn_context_description(ctx));
+    printf("tuning: %s\n", clattn_context_tune_note(ctx));
     clattn_context_destroy(&ctx);
     return 0;
 }

@@ -21,6 +21,7 @@ static const layout_row rows[] = {
     FIELD(clattn_tensor, ndim), FIELD(clattn_tensor, dims), FIELD(clattn_tensor, dtype),
     SIZE(clattn_params), FIELD(clattn_params, device), FIELD(clattn_params, tuning),
     FIELD(clattn_params, kernel_dir), FIELD(clattn_params, cache_dir), FIELD(clattn_params, sync),
+    FIELD(clattn_params, tune_file),
     SIZE(clattn_mask), FIELD(clattn_mask, valid_lens), FIELD(clattn_mask, valid_lens_host),
     FIELD(clattn_mask, lens_ndim), FIELD(clattn_mask, lens_dims), FIELD(clattn_mask, mask),
     FIELD(clattn_mask, causal), FIELD(clattn_mask, fill), FIELD(clattn_mask, align),

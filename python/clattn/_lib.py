@@ -24,7 +24,7 @@ TensorP = POINTER(Tensor)
 
 class Params(ctypes.Structure):
     _fields_ = [("device", c_char_p), ("tuning", c_char_p), ("kernel_dir", c_char_p),
-                ("cache_dir", c_char_p), ("sync", c_int)]
+                ("cache_dir", c_char_p), ("sync", c_int), ("tune_file", c_char_p)]
 
 
 class Mask(ctypes.Structure):
@@ -96,6 +96,9 @@ _PROTOTYPES = {
     "clattn_context_queue": (c_void_p, [_P]),
     "clattn_context_description": (c_char_p, [_P]),
     "clattn_finish": (c_int, [_P]),
+    "clattn_context_tune_path": (c_char_p, [_P]),
+    "clattn_context_tune_note": (c_char_p, [_P]),
+    "clattn_context_tuning": (c_int, [_P, c_char_p, c_char_p, c_size_t]),
     "clattn_list_devices": (c_int, [c_char_p, c_char_p, c_size_t]),
     "clattn_view": (Tensor, [_P, c_int, c_size_t, c_int, POINTER(c_size_t)]),
     "clattn_tensor_create": (c_int, [_P, c_int, c_int, POINTER(c_size_t), _P, _T]),

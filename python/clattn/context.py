@@ -38,11 +38,12 @@ def devices(spec=None):
     return found
 
 
-def _params(tuning, kernel_dir, cache_dir, sync, device=None):
+def _params(tuning, kernel_dir, cache_dir, sync, tune_file, device=None):
     if sync not in (None, True, False):
         raise TypeError(f"sync: expected None, True or False, got {sync!r}")
     return _lib.Params(device=_enc(device), tuning=_enc(tuning), kernel_dir=_enc(kernel_dir),
-                       cache_dir=_enc(cache_dir), sync={None: 0, True: 1, False: -1}[sync])
+                       cache_dir=_enc(cache_dir), sync={None: 0, True: 1, False: -1}[sync],
+                       tune_file=_enc(tune_file))
 
 
 class Context:
@@ -50,24 +51,25 @@ class Context:
 
     Context(device=None) picks the device as the C library does: `device` (a spec as
     CLATTN_DEVICE takes: "cpu", "gpu", "P:D", a name such as "pocl"), else the environment's
-    CLATTN_DEVICE, else the first GPU, accelerator, CPU. tuning, kernel_dir, cache_dir and sync
-    are clattn_params' fields (each winning over its environment variable). Ops enqueue work and
+    CLATTN_DEVICE, else the first GPU, accelerator, CPU. tuning, kernel_dir, cache_dir, sync and
+    tune_file are clattn_params' fields (each winning over its environment variable). Ops enqueue work and
     return; Array.numpy() and finish() wait for it. Use from one thread at a time (a lock
     serialises calls from several).
     """
 
-    def __init__(self, device=None, *, tuning=None, kernel_dir=None, cache_dir=None, sync=None):
+    def __init__(self, device=None, *, tuning=None, kernel_dir=None, cache_dir=None, sync=None,
+                 tune_file=None):
         self._handle = ctypes.c_void_p()
         self._keep = ()
         self._lock = threading.RLock()
-        params = _params(tuning, kernel_dir, cache_dir, sync, device)
+        params = _params(tuning, kernel_dir, cache_dir, sync, tune_file, device)
         st = lib.clattn_context_create(ctypes.byref(self._handle), ctypes.byref(params))
         if st:
             raise_status(st, lib.clattn_last_error(None).decode(errors="replace"))
 
     @classmethod
     def wrap(cls, cl_context, cl_device, cl_queue, *, keep=(), tuning=None, kernel_dir=None,
-             cache_dir=None, sync=None):
+             cache_dir=None, sync=None, tune_file=None):
         """Borrows an application's cl_context, cl_device_id and in-order cl_command_queue,
         given as integer handles (retained by clattn, released when the context closes). keep:
         Python objects to hold alive as long as the context."""
@@ -75,7 +77,7 @@ class Context:
         self._handle = ctypes.c_void_p()
         self._keep = tuple(keep)
         self._lock = threading.RLock()
-        params = _params(tuning, kernel_dir, cache_dir, sync)
+        params = _params(tuning, kernel_dir, cache_dir, sync, tune_file)
         st = lib.clattn_context_wrap(ctypes.byref(self._handle), cl_context, cl_device,
                                      cl_queue, ctypes.byref(params))
         if st:
@@ -126,6 +128,19 @@ class Context:
     def description(self):
         self._check_open()
         return lib.clattn_context_description(self._handle).decode(errors="replace")
+
+    @property
+    def tune_note(self):
+        """What came of the tune file (clattn-tune's): its entries in use, or why none are."""
+        self._check_open()
+        return lib.clattn_context_tune_note(self._handle).decode(errors="replace")
+
+    def tuning(self, op):
+        """The kernel variant and parameters op runs with here ("cpu:QR=5:..."), op one of
+        matmul, softmax, attention, decode, backward, optionally "@d64" / "@d128" / "@d256"."""
+        buf = ctypes.create_string_buffer(1024)
+        self.call(lib.clattn_context_tuning, _enc(op), buf, len(buf))
+        return buf.value.decode()
 
     def finish(self):
         """Waits until everything enqueued on the context's queue has run."""

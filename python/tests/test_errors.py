@@ -105,3 +105,21 @@ def test_state_dict_errors():
              "w_v.weight": np.zeros((1, 2))})
     with pytest.raises(ValueError, match="dropout"):
         clattn.DotProductAttention(dropout=2.0)
+
+
+def test_context_tuning_and_tune_file(tmp_path):
+    c = clattn.Context(tune_file="off")
+    try:
+        assert c.tune_note == "no tune file: off"
+        assert c.tuning("matmul").split(":")[0] in ("cpu", "gpu")
+        with pytest.raises(clattn.InvalidArgument, match="no bucket"):
+            c.tuning("matmul@d64")
+    finally:
+        c.close()
+    bad = tmp_path / "tune.txt"
+    bad.write_text("not a tune file\n")
+    c = clattn.Context(tune_file=str(bad))  # ignored with a note, never an error
+    try:
+        assert "ignored" in c.tune_note and "corrupt" in c.tune_note
+    finally:
+        c.close()

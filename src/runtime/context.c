@@ -117,6 +117,8 @@ static clattn_status alloc_context(clattn_context **out, const clattn_params *pa
                           "CLATTN_KERNEL_DIR", CLATTN_KERNEL_FILE_ROOM));
     CHECK_ST(take_setting(&c->cache_dir, params->cache_dir, "params.cache_dir", "CLATTN_CACHE_DIR",
                           CLATTN_CACHE_FILE_ROOM));
+    CHECK_ST(take_setting(&c->tune_path, params->tune_file, "params.tune_file",
+                          "CLATTN_TUNE_FILE", 0));
     CHECK_ST(take_sync(&c->sync, params));
 fail:
     return st;
@@ -141,6 +143,7 @@ clattn_status clattn_context_create(clattn_context **out, const clattn_params *p
     query_device(c);
     if (clattn__check_tuning(c) != CLATTN_SUCCESS)
         CHECK(NULL, 0, CLATTN_ERROR_INVALID_ARGUMENT, "%s", c->err);
+    clattn__load_tune_file(c);
     *out = c;
     return CLATTN_SUCCESS;
 fail:
@@ -178,6 +181,7 @@ clattn_status clattn_context_wrap(clattn_context **out, cl_context context, cl_d
     query_device(c);
     if (clattn__check_tuning(c) != CLATTN_SUCCESS)
         CHECK(NULL, 0, CLATTN_ERROR_INVALID_ARGUMENT, "%s", c->err);
+    clattn__load_tune_file(c);
     *out = c;
     return CLATTN_SUCCESS;
 fail:
@@ -206,6 +210,8 @@ void clattn_context_destroy(clattn_context **pc)
     free(c->tuning);
     free(c->kernel_dir);
     free(c->cache_dir);
+    free(c->tune_path);
+    free(c->tuned);
     free(c);
     *pc = NULL;
 }

@@ -61,6 +61,11 @@ struct clattn_context {
     char *tuning;
     char *kernel_dir;
     char *cache_dir;
+    /* The tune file (tunefile.c): its path ("" when off), its validated entries in CLATTN_TUNE's
+     * syntax with op@bucket keys ("" when none), and the note on what came of it. */
+    char *tune_path;
+    char *tuned;
+    char tune_note[4096 + 1024]; /* a path (PATH_MAX on Linux) and the reason */
     clattn_program_entry *programs;
     int nprograms, programs_cap;
     clattn_kernel_entry *kernels;
@@ -259,8 +264,18 @@ typedef struct {
 } clattn_tuning;
 /* Sets parameter `name` of t (one it has) and rewrites its defines. */
 void clattn__tune_set(clattn_tuning *t, const char *name, int value);
-/* Variant and parameters of `op` for this device, overrides applied. */
+/* Variant and parameters of `op` for this device: the override (CLATTN_TUNE, params.tuning),
+ * else the tune file's entry for op@bucket, else for op, else the table's choice. bucket: NULL,
+ * or the shape's bucket (clattn__head_bucket). */
 clattn_status clattn__tune(clattn_context *ctx, const char *op, clattn_tuning *out);
+clattn_status clattn__tune_bucket(clattn_context *ctx, const char *op, const char *bucket,
+                                  clattn_tuning *out);
+/* The bucket of the fused kernels' head size d (the larger of d and dv): "d64", "d128", "d256". */
+const char *clattn__head_bucket(size_t d);
+/* 1 when op takes bucket in a tune file (op@bucket=...). */
+int clattn__bucket_known(const char *op, const char *bucket);
+/* Reads the tune file at context creation (tunefile.c); never fails the context. */
+void clattn__load_tune_file(clattn_context *ctx);
 int clattn__tune_int(const clattn_tuning *t, const char *name, int fallback);
 /* Loop iterations one work-item may run per launch of a GPU-shaped kernel of t, 0 = no limit:
  * t's LOOPS when set (an override, to exercise the split launches anywhere), else the device's

@@ -578,7 +578,42 @@ static int loop_limited(const clattn_context *ctx)
     return ctx->loop_limit != 0;
 }
 
+const char *clattn__head_bucket(size_t d)
+{
+    return d <= 64 ? "d64" : d <= 128 ? "d128" : "d256";
+}
+
+/* The ops whose tune-file entries may be keyed by head size (the fused kernels'). */
+int clattn__bucket_known(const char *op, const char *bucket)
+{
+    static const char *const ops[] = {"attention", "decode", "backward"};
+    int known_op = 0;
+    for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++)
+        known_op |= strcmp(op, ops[i]) == 0;
+    return known_op && (strcmp(bucket, "d64") == 0 || strcmp(bucket, "d128") == 0 ||
+                        strcmp(bucket, "d256") == 0);
+}
+
+/* The tune file's entry for op at bucket (op@bucket=...), else for op, else NULL. */
+static const char *find_tuned(const clattn_context *ctx, const char *op, const char *bucket,
+                              size_t *len)
+{
+    char key[64];
+    const char *o = NULL;
+    if (!ctx->tuned || !ctx->tuned[0])
+        return NULL;
+    if (bucket && (size_t)snprintf(key, sizeof key, "%s@%s", op, bucket) < sizeof key)
+        o = find_override(ctx->tuned, key, len);
+    return o ? o : find_override(ctx->tuned, op, len);
+}
+
 clattn_status clattn__tune(clattn_context *ctx, const char *op, clattn_tuning *t)
+{
+    return clattn__tune_bucket(ctx, op, NULL, t);
+}
+
+clattn_status clattn__tune_bucket(clattn_context *ctx, const char *op, const char *bucket,
+                                  clattn_tuning *t)
 {
     clattn_status st = CLATTN_SUCCESS;
     const variant_def *d = NULL;
@@ -586,6 +621,8 @@ clattn_status clattn__tune(clattn_context *ctx, const char *op, clattn_tuning *t
     size_t len = 0;
     unsigned seen = 0;
     const char *o = find_override(ctx->tuning, op, &len);
+    if (!o)
+        o = find_tuned(ctx, op, bucket, &len);
     if (o) {
         const char *colon = memchr(o, ':', len);
         size_t vlen = colon ? (size_t)(colon - o) : len;
@@ -607,6 +644,31 @@ clattn_status clattn__tune(clattn_context *ctx, const char *op, clattn_tuning *t
           o ? CLATTN_ERROR_INVALID_ARGUMENT : CLATTN_ERROR_UNSUPPORTED, "tuning: %s=%s: %s", op,
           t->variant, why);
     write_defines(t);
+fail:
+    return st;
+}
+
+clattn_status clattn_context_tuning(clattn_context *ctx, const char *op, char *buf, size_t size)
+{
+    clattn_status st = CLATTN_SUCCESS;
+    char name[32];
+    clattn_tuning t;
+    CHECK(NULL, ctx, CLATTN_ERROR_INVALID_ARGUMENT, "ctx: NULL context");
+    CHECK(ctx, op && buf && size > 0, CLATTN_ERROR_INVALID_ARGUMENT, "op, buf: NULL or size 0");
+    CHECK(ctx, strlen(op) < sizeof name, CLATTN_ERROR_INVALID_ARGUMENT, "op: '%.40s' unknown", op);
+    strcpy(name, op);
+    char *at = strchr(name, '@');
+    if (at)
+        *at++ = '\0';
+    CHECK(ctx, !at || clattn__bucket_known(name, at), CLATTN_ERROR_INVALID_ARGUMENT,
+          "op: %s has no bucket '%s' (attention, decode and backward take d64, d128, d256)",
+          name, at ? at : "");
+    CHECK_ST(clattn__tune_bucket(ctx, name, at, &t));
+    size_t used = (size_t)snprintf(buf, size, "%s", t.variant);
+    for (int i = 0; i < t.nparams && used < size; i++)
+        used += (size_t)snprintf(buf + used, size - used, ":%s=%d", t.names[i], t.values[i]);
+    CHECK(ctx, used < size, CLATTN_ERROR_INVALID_ARGUMENT, "size: %zu bytes are too few for "
+          "'%s' (%zu needed)", size, buf, used + 1);
 fail:
     return st;
 }

@@ -1,0 +1,577 @@
+/*
+ * clattn-tune: measures kernel parameters on one device and writes its tune file (README, Tuning
+ * a device), which every later context on that device reads.
+ *
+ *   clattn-tune [--device SPEC] [--budget SECONDS] [--ops LIST] [--out FILE] [--quick]
+ *
+ * For each op (matmul, softmax, attention: the fused kernel at head size 64) it starts from the
+ * table's choice and walks the variant's parameters one at a time over a grid of legal values
+ * (coordinate descent: a change is kept when it is 3% faster), within the op's share of the time
+ * budget. Every candidate is built through CLATTN_TUNE's parser (the device's limits refuse what
+ * cannot run), checked against the test suite's double-precision reference before it is timed,
+ * and timed as the median of up to 5 runs. At the end the best is timed against the table's
+ * choice once more, alternately, best of three medians each; only a choice at least 3% faster is
+ * written. --quick: small shapes and a few candidates (a smoke test, seconds).
+ */
+#include "../tests/ref.h"
+#include <clattn.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+enum { MATMUL, SOFTMAX, ATTENTION, NOPS };
+static const char *const op_names[NOPS] = {"matmul", "softmax", "attention"};
+/* The tune-file key of each op: the attention shapes below have head size 64. */
+static const char *const op_keys[NOPS] = {"matmul", "softmax", "attention@d64"};
+
+#define OUT_TOL 1e-4 /* as tests/test_attention.c and clattn-check: relative to the error scale */
+#define KEEP 0.97    /* a candidate is kept when it takes at most 97% of the current best */
+
+/* One parameter's grid of values to try. */
+typedef struct {
+    const char *name;
+    int n, values[8];
+} grid_param;
+typedef struct {
+    const char *op, *variant;
+    int nparams;
+    grid_param p[6];
+} grid;
+static const grid grids[] = {
+    {"matmul", "cpu", 5, {{"TM", 5, {4, 5, 6, 8, 12}}, {"TN", 5, {16, 32, 48, 64, 128}},
+                          {"VN", 2, {8, 16}}, {"KC", 3, {256, 1024, 4096}},
+                          {"RB", 4, {8, 16, 32, 64}}}},
+    {"matmul", "gpu", 5, {{"TSM", 3, {32, 64, 128}}, {"TSN", 3, {32, 64, 128}},
+                          {"TSK", 3, {8, 16, 32}}, {"WPTM", 4, {1, 2, 4, 8}},
+                          {"WPTN", 4, {1, 2, 4, 8}}}},
+    {"softmax", "cpu", 1, {{"VW", 2, {8, 16}}}},
+    {"softmax", "gpu", 1, {{"WG", 7, {16, 32, 64, 128, 256, 512, 1024}}}},
+    {"attention", "cpu", 5, {{"QR", 5, {3, 4, 5, 6, 8}}, {"KB", 4, {16, 32, 64, 128}},
+                             {"VC", 4, {16, 32, 64, 128}}, {"WG", 4, {1, 2, 4, 8}},
+                             {"QG", 3, {1, 2, 4}}}},
+    {"attention", "gpu", 2, {{"BQ", 6, {8, 16, 32, 64, 128, 256}},
+                             {"BK", 5, {4, 8, 16, 32, 64}}}},
+};
+
+/* One op's inputs, its reference and timing shape. */
+typedef struct {
+    int op, nin;
+    int ndim;
+    size_t dims[4][4]; /* inputs, then the output */
+    float *in[3];
+    double *ref, *scale;
+    size_t out_n;
+    double flops;
+    char shape[64];
+} work;
+
+typedef struct {
+    const char *device;
+    double budget, start;
+    int quick;
+} settings;
+
+static unsigned long long rng = 12345;
+static double uniform(double lo, double hi)
+{
+    rng = rng * 6364136223846793005ULL + 1442695040888963407ULL;
+    return lo + (hi - lo) * (double)(rng >> 11) / 9007199254740992.0;
+}
+
+static void *xmalloc(size_t n)
+{
+    void *p = malloc(n ? n : 1);
+    if (!p) {
+        fprintf(stderr, "clattn-tune: out of host memory\n");
+        exit(2);
+    }
+    return p;
+}
+
+static double now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static size_t numel(const size_t *d, int ndim)
+{
+    size_t n = 1;
+    for (int i = 0; i < ndim; i++)
+        n *= d[i];
+    return n;
+}
+
+static double *to_double(const float *x, size_t n)
+{
+    double *d = xmalloc(n * sizeof *d);
+    for (size_t i = 0; i < n; i++)
+        d[i] = x[i];
+    return d;
+}
+
+/* The inputs and reference of op at the tuning shapes (or the --quick ones). */
+static void make_work(work *w, int op, int quick)
+{
+    memset(w, 0, sizeof *w);
+    w->op = op;
+    w->ndim = op == MATMUL ? 2 : 3;
+    if (op == MATMUL) {
+        int n = quick ? 48 : 1024;
+        w->nin = 2;
+        for (int i = 0; i < 3; i++)
+            w->dims[i][0] = w->dims[i][1] = (size_t)n;
+        w->flops = 2.0 * n * n * n;
+        snprintf(w->shape, sizeof w->shape, "n=%d", n);
+    } else if (op == SOFTMAX) {
+        size_t rows = quick ? 8 : 4096, k = quick ? 67 : 1024;
+        w->nin = 1;
+        for (int i = 0; i < 2; i++) {
+            w->dims[i][0] = 4;
+            w->dims[i][1] = rows / 4;
+            w->dims[i][2] = k;
+        }
+        w->flops = (double)rows * k; /* elements per second, as a rate */
+        snprintf(w->shape, sizeof w->shape, "%zu rows x %zu", rows, k);
+    } else {
+        size_t h = quick ? 2 : 8, n = quick ? 40 : 1024, d = quick ? 16 : 64;
+        w->nin = 3;
+        for (int i = 0; i < 4; i++) {
+            w->dims[i][0] = h;
+            w->dims[i][1] = n;
+            w->dims[i][2] = d;
+        }
+        w->flops = 4.0 * h * n * n * d;
+        snprintf(w->shape, sizeof w->shape, "H%zu N%zu d%zu", h, n, d);
+    }
+    for (int i = 0; i < w->nin; i++) {
+        size_t n = numel(w->dims[i], w->ndim);
+        w->in[i] = xmalloc(n * 4);
+        for (size_t j = 0; j < n; j++)
+            w->in[i][j] = (float)uniform(-1, 1);
+    }
+    w->out_n = numel(w->dims[w->nin], w->ndim);
+    w->ref = xmalloc(w->out_n * 8);
+    w->scale = xmalloc(w->out_n * 8);
+    if (op == MATMUL) {
+        int n = (int)w->dims[0][0];
+        ref_matmul(1, n, n, n, w->in[0], 0, 0, w->in[1], 0, 0, 1, 0, NULL, w->ref, w->scale);
+        for (size_t i = 0; i < w->out_n; i++) /* as clattn-check's matmul */
+            w->scale[i] = fmax(fabs(w->ref[i]), w->scale[i] / sqrt((double)n)) + 1e-30;
+    } else if (op == SOFTMAX) {
+        ref_mask m = {4, 1, (int)w->dims[0][1], (int)w->dims[0][2], NULL, 0, NULL, {0, 0, 0, 0},
+                      0, CLATTN_DEFAULT_FILL, 0, 0, 0, 0, NULL, {0, 0, 0, 0}, NULL, {0, 0}};
+        ref_masked_softmax(&m, w->in[0], w->ref);
+        for (size_t i = 0; i < w->out_n; i++) /* a few ulp of each weight (test_softmax.c) */
+            w->scale[i] = fabs(w->ref[i]) * 0.1 + 1e-5;
+    } else {
+        int h = (int)w->dims[0][0], n = (int)w->dims[0][1], d = (int)w->dims[0][2];
+        ref_mask m = {h, 1, n, n, NULL, 0, NULL, {0, 0, 0, 0}, 0, CLATTN_DEFAULT_FILL, 0, 0, 0,
+                      0, NULL, {0, 0, 0, 0}, NULL, {0, 0}};
+        double *q = to_double(w->in[0], (size_t)h * n * d), *k = to_double(w->in[1], (size_t)h * n * d);
+        double *v = to_double(w->in[2], (size_t)h * n * d);
+        double *wt = xmalloc((size_t)h * n * n * 8);
+        ref_attention(&m, d, d, q, k, v, 1.0 / sqrt((double)d), NULL, wt, w->ref);
+        ref_attention_scale((size_t)h, n, n, d, wt, v, w->ref, w->scale);
+        free(q); free(k); free(v); free(wt);
+    }
+}
+
+static void free_work(work *w)
+{
+    for (int i = 0; i < w->nin; i++)
+        free(w->in[i]);
+    free(w->ref);
+    free(w->scale);
+}
+
+static int run_op(clattn_context *ctx, const work *w, clattn_tensor *t)
+{
+    clattn_status st = w->op == MATMUL
+        ? clattn_matmul(ctx, &t[0], 0, &t[1], 0, 1.0f, 0.0f, &t[2])
+        : w->op == SOFTMAX ? clattn_masked_softmax(ctx, &t[0], NULL, &t[1])
+                           : clattn_dot_product_attention(ctx, &t[0], &t[1], &t[2], NULL, &t[3],
+                                                          NULL);
+    return st == CLATTN_SUCCESS;
+}
+
+/* Median seconds of up to 5 runs (at most about 2 s of them) after one warm-up; < 0 on failure. */
+static double median_time(clattn_context *ctx, const work *w, clattn_tensor *t)
+{
+    double s[5];
+    int n = 0;
+    if (!run_op(ctx, w, t) || clattn_finish(ctx) != CLATTN_SUCCESS)
+        return -1;
+    for (double start = now(); n < 5 && (n < 1 || now() - start < 2);) {
+        double t0 = now();
+        if (!run_op(ctx, w, t) || clattn_finish(ctx) != CLATTN_SUCCESS)
+            return -1;
+        s[n++] = now() - t0;
+    }
+    for (int i = 1; i < n; i++)
+        for (int j = i; j > 0 && s[j] < s[j - 1]; j--) {
+            double x = s[j];
+            s[j] = s[j - 1];
+            s[j - 1] = x;
+        }
+    return s[n / 2];
+}
+
+/* Seconds per run of w with tuning entry `entry` ("op=variant:..."), checked against the
+ * reference first; < 0 when the device refuses it (why: the reason) or it computes wrong. */
+static double measure(const settings *s, const work *w, const char *entry, char *why, size_t n)
+{
+    clattn_params p;
+    clattn_context *ctx = NULL;
+    clattn_tensor t[4];
+    double secs = -1, worst = 0;
+    int made = 0;
+    memset(&p, 0, sizeof p);
+    memset(t, 0, sizeof t);
+    p.device = s->device;
+    p.tuning = entry;
+    p.tune_file = "off";
+    why[0] = '\0';
+    if (clattn_context_create(&ctx, &p) != CLATTN_SUCCESS) {
+        snprintf(why, n, "refused: %.900s", clattn_last_error(NULL));
+        return -1;
+    }
+    for (made = 0; made <= w->nin; made++)
+        if (clattn_tensor_create(ctx, CLATTN_FLOAT32, w->ndim, w->dims[made],
+                                 made < w->nin ? w->in[made] : NULL, &t[made]) != CLATTN_SUCCESS)
+            break;
+    float *got = xmalloc(w->out_n * 4);
+    if (made <= w->nin || clattn_tensor_fill(ctx, &t[w->nin], NAN) != CLATTN_SUCCESS ||
+        !run_op(ctx, w, t) ||
+        clattn_tensor_read_blocking(ctx, &t[w->nin], got) != CLATTN_SUCCESS) {
+        snprintf(why, n, "failed: %.900s", clattn_last_error(ctx));
+    } else {
+        for (size_t i = 0; i < w->out_n; i++) {
+            double e = isfinite(got[i]) ? fabs(got[i] - w->ref[i]) / w->scale[i] : INFINITY;
+            worst = e > worst ? e : worst;
+        }
+        if (worst > OUT_TOL)
+            snprintf(why, n, "WRONG: error %.3g x the scale (tolerance %g): please report", worst,
+                     OUT_TOL);
+        else if ((secs = median_time(ctx, w, t)) < 0)
+            snprintf(why, n, "failed: %.900s", clattn_last_error(ctx));
+    }
+    free(got);
+    for (int i = 0; i < made && i <= w->nin; i++)
+        clattn_tensor_release(&t[i]);
+    clattn_context_destroy(&ctx);
+    return secs;
+}
+
+/* src into dst (n bytes), cut to fit. */
+static void copy(char *dst, size_t n, const char *src)
+{
+    size_t len = strlen(src);
+    len = len < n ? len : n - 1;
+    memcpy(dst, src, len);
+    dst[len] = '\0';
+}
+
+/* "op=variant:A=1:B=2" from op and the "variant:A=1:B=2" of clattn_context_tuning. */
+static void entry_of(char *out, size_t n, const char *op, const char *choice)
+{
+    copy(out, n, op);
+    size_t used = strlen(out);
+    if (used + 1 < n) {
+        out[used] = '=';
+        copy(out + used + 1, n - used - 1, choice);
+    }
+}
+
+/* The value of NAME in a choice string, or -1. */
+static int param_of(const char *choice, const char *name)
+{
+    char key[32];
+    snprintf(key, sizeof key, ":%s=", name);
+    const char *at = strstr(choice, key);
+    return at ? atoi(at + strlen(key)) : -1;
+}
+
+/* choice with NAME set to value (NAME must be in it). */
+static void with_param(char *out, size_t n, const char *choice, const char *name, int value)
+{
+    char key[32];
+    snprintf(key, sizeof key, ":%s=", name);
+    const char *at = strstr(choice, key), *end = at ? strchr(at + 1, ':') : NULL;
+    snprintf(out, n, "%.*s%s%d%s", (int)(at - choice), choice, key, value, end ? end : "");
+}
+
+static int over_budget(const settings *s, double share_end)
+{
+    return now() > share_end || now() - s->start > s->budget;
+}
+
+typedef struct {
+    char table[512], best[512];
+    double table_s, best_s;
+} outcome;
+
+/* One candidate's line: its time and rate (GFLOP/s; softmax: G elements/s), or why it has none. */
+static void report(const work *w, const char *entry, double t, double best, const char *why)
+{
+    if (t > 0)
+        printf("  %-64s %9.3f ms %8.2f G/s%s\n", entry, 1e3 * t, 1e-9 * w->flops / t,
+               t < KEEP * best ? "  (kept)" : "");
+    else
+        printf("  %-64s %.300s\n", entry, why);
+}
+
+/* Coordinate descent from the table's choice over the variant's grid until share_end. */
+static void search(const settings *s, const work *w, int op, double share_end, outcome *o)
+{
+    char entry[640], cand[512], why[1024];
+    const grid *g = NULL;
+    copy(o->best, sizeof o->best, o->table);
+    o->best_s = o->table_s;
+    for (size_t i = 0; i < sizeof grids / sizeof grids[0]; i++)
+        if (strcmp(grids[i].op, op_names[op]) == 0 &&
+            strncmp(grids[i].variant, o->table, strlen(grids[i].variant)) == 0 &&
+            o->table[strlen(grids[i].variant)] == ':')
+            g = &grids[i];
+    if (!g) {
+        printf("  no grid for %s (variant of %s)\n", o->table, op_names[op]);
+        return;
+    }
+    if (op == ATTENTION) { /* the unfused chain: a different algorithm, one candidate */
+        entry_of(entry, sizeof entry, "attention", "unfused");
+        double t = measure(s, w, entry, why, sizeof why);
+        report(w, entry, t, o->best_s, why);
+        if (t > 0 && t < KEEP * o->best_s) {
+            snprintf(o->best, sizeof o->best, "unfused");
+            o->best_s = t;
+        }
+    }
+    for (int changed = 1, pass = 0; changed && pass < 3 && !over_budget(s, share_end); pass++) {
+        changed = 0;
+        for (int pi = 0; pi < g->nparams && !over_budget(s, share_end); pi++) {
+            const grid_param *gp = &g->p[pi];
+            char base[512];
+            copy(base, sizeof base, strncmp(o->best, g->variant, strlen(g->variant)) == 0
+                                                  ? o->best : o->table);
+            int cur = param_of(base, gp->name);
+            for (int vi = 0; vi < gp->n && !over_budget(s, share_end); vi++) {
+                if (gp->values[vi] == cur || cur < 0)
+                    continue;
+                with_param(cand, sizeof cand, base, gp->name, gp->values[vi]);
+                entry_of(entry, sizeof entry, op_names[op], cand);
+                double t = measure(s, w, entry, why, sizeof why);
+                report(w, entry, t, o->best_s, why);
+                if (t > 0 && t < KEEP * o->best_s) {
+                    copy(o->best, sizeof o->best, cand);
+                    o->best_s = t;
+                    changed = 1;
+                }
+            }
+        }
+    }
+}
+
+/* The best of three medians of each, alternating, so both see the same machine. */
+static void confirm(const settings *s, const work *w, int op, outcome *o)
+{
+    char a[640], b[640], why[1024];
+    double ta = INFINITY, tb = INFINITY;
+    entry_of(a, sizeof a, op_names[op], o->table);
+    entry_of(b, sizeof b, op_names[op], o->best);
+    for (int r = 0; r < 3; r++) {
+        double x = measure(s, w, a, why, sizeof why), y = measure(s, w, b, why, sizeof why);
+        ta = x > 0 && x < ta ? x : ta;
+        tb = y > 0 && y < tb ? y : tb;
+    }
+    o->table_s = ta;
+    o->best_s = tb;
+}
+
+/* mkdir -p of path's directory, then a probe file there: 0 with the reason when unwritable. */
+static int writable(const char *path, char *why, size_t n)
+{
+    char dir[4096], probe[4200];
+    copy(dir, sizeof dir, path);
+    char *slash = strrchr(dir, '/');
+    if (!slash)
+        snprintf(dir, sizeof dir, ".");
+    else if (slash == dir)
+        dir[1] = '\0';
+    else
+        *slash = '\0';
+    for (char *p = dir + 1; *p; p++)
+        if (*p == '/') {
+            *p = '\0';
+            mkdir(dir, 0777);
+            *p = '/';
+        }
+    mkdir(dir, 0777);
+    snprintf(probe, sizeof probe, "%s/.clattn-tune-probe-%ld", dir, (long)getpid());
+    FILE *f = fopen(probe, "w");
+    if (!f) {
+        snprintf(why, n, "cannot write in %.800s: %s", dir, strerror(errno));
+        return 0;
+    }
+    fclose(f);
+    remove(probe);
+    return 1;
+}
+
+/* The key lines the library compares (tunefile.c), from the device's own strings. */
+static void key_lines(clattn_context *ctx, char *out, size_t n)
+{
+    char pname[256] = "", pver[256] = "", dname[256] = "", vendor[256] = "", driver[128] = "";
+    cl_device_id dev = clattn_context_device(ctx);
+    cl_platform_id plat = NULL;
+    clGetDeviceInfo(dev, CL_DEVICE_PLATFORM, sizeof plat, &plat, NULL);
+    clGetPlatformInfo(plat, CL_PLATFORM_NAME, sizeof pname, pname, NULL);
+    clGetPlatformInfo(plat, CL_PLATFORM_VERSION, sizeof pver, pver, NULL);
+    clGetDeviceInfo(dev, CL_DEVICE_NAME, sizeof dname, dname, NULL);
+    clGetDeviceInfo(dev, CL_DEVICE_VENDOR, sizeof vendor, vendor, NULL);
+    clGetDeviceInfo(dev, CL_DRIVER_VERSION, sizeof driver, driver, NULL);
+    snprintf(out, n, "platform %s / %s\ndevice %s / %s\ndriver %s\nclattn %s\n", pname, pver, dname,
+             vendor, driver, clattn_version());
+}
+
+static int usage(const char *msg)
+{
+    fprintf(stderr, "clattn-tune: %s\nusage: clattn-tune [--device SPEC] [--budget SECONDS] "
+            "[--ops matmul,softmax,attention] [--out FILE] [--quick]\n", msg);
+    return 2;
+}
+
+int main(int argc, char **argv)
+{
+    settings s = {NULL, 600, 0, 0};
+    const char *out = NULL, *ops = "matmul,softmax,attention";
+    int want[NOPS] = {0, 0, 0};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        char *end = NULL;
+        if (strcmp(a, "--quick") == 0) {
+            s.quick = 1;
+            continue;
+        }
+        if (!v || strncmp(a, "--", 2) != 0)
+            return usage(v ? "unknown argument" : "an option lacks its value");
+        i++;
+        if (strcmp(a, "--device") == 0) {
+            s.device = v;
+        } else if (strcmp(a, "--out") == 0) {
+            out = v;
+        } else if (strcmp(a, "--ops") == 0) {
+            ops = v;
+        } else if (strcmp(a, "--budget") == 0) {
+            s.budget = strtod(v, &end);
+            if (!end || *end || !(s.budget > 0) || !isfinite(s.budget))
+                return usage("--budget: a positive number of seconds");
+        } else {
+            return usage("unknown option");
+        }
+    }
+    for (const char *p = ops; *p;) {
+        size_t n = strcspn(p, ",");
+        int found = 0;
+        for (int o = 0; o < NOPS; o++)
+            if (strlen(op_names[o]) == n && strncmp(p, op_names[o], n) == 0)
+                found = want[o] = 1;
+        if (!found) {
+            fprintf(stderr, "clattn-tune: --ops: unknown op '%.*s' (tunable: matmul, softmax, "
+                    "attention)\n", (int)n, p);
+            return 2;
+        }
+        p += n + (p[n] == ',');
+    }
+    clattn_params p;
+    clattn_context *ctx = NULL;
+    memset(&p, 0, sizeof p);
+    p.device = s.device;
+    p.tuning = "";
+    if (clattn_context_create(&ctx, &p) != CLATTN_SUCCESS) {
+        fprintf(stderr, "clattn-tune: %s\n", clattn_last_error(NULL));
+        return 1;
+    }
+    char path[4096], why[1024], keys[2048], text[8192];
+    copy(path, sizeof path, out ? out : clattn_context_tune_path(ctx));
+    if (!path[0]) {
+        fprintf(stderr, "clattn-tune: no tune file location (%s): give --out\n",
+                clattn_context_tune_note(ctx));
+        return 1;
+    }
+    if (!writable(path, why, sizeof why)) {
+        fprintf(stderr, "clattn-tune: --out %s: %s\n", path, why);
+        return 1;
+    }
+    key_lines(ctx, keys, sizeof keys);
+    printf("clattn-tune: %s\ntune file: %s\nbudget: %.0f s%s\n",
+           clattn_context_description(ctx), path, s.budget, s.quick ? " (quick)" : "");
+    s.start = now();
+    size_t used = (size_t)snprintf(text, sizeof text, "clattn-tune 1\n%s", keys);
+    outcome res[NOPS];
+    int nwant = want[0] + want[1] + want[2], done = 0;
+    for (int op = 0; op < NOPS; op++) {
+        if (!want[op])
+            continue;
+        work w;
+        make_work(&w, op, s.quick);
+        outcome *o = &res[op];
+        clattn_context_tuning(ctx, op_keys[op], o->table, sizeof o->table);
+        char entry[640];
+        entry_of(entry, sizeof entry, op_names[op], o->table);
+        printf("%s (%s), table: %s\n", op_names[op], w.shape, entry);
+        o->table_s = measure(&s, &w, entry, why, sizeof why);
+        if (o->table_s < 0) {
+            printf("  the table's choice: %s\n", why);
+            copy(o->best, sizeof o->best, o->table);
+            free_work(&w);
+            continue;
+        }
+        double left = s.budget - (now() - s.start);
+        search(&s, &w, op, now() + left / (nwant - done), o);
+        done++;
+        if (strcmp(o->best, o->table) != 0)
+            confirm(&s, &w, op, o);
+        double ratio = o->table_s / o->best_s;
+        int keep = strcmp(o->best, o->table) != 0 && ratio >= 1 / KEEP;
+        printf("  table %.3f ms, best %.3f ms (%.2fx): %s\n", 1e3 * o->table_s, 1e3 * o->best_s,
+               ratio, keep ? o->best : "the table's choice stays");
+        used += (size_t)snprintf(text + used, sizeof text - used,
+                                 "# %s %s: table %s %.3f ms, tuned %.3f ms (%.2fx)\n",
+                                 op_names[op], w.shape, o->table, 1e3 * o->table_s,
+                                 1e3 * o->best_s, ratio);
+        if (keep)
+            used += (size_t)snprintf(text + used, sizeof text - used, "%s=%s\n", op_keys[op],
+                                     o->best);
+        free_work(&w);
+    }
+    clattn_context_destroy(&ctx);
+    char tmp[4200];
+    snprintf(tmp, sizeof tmp, "%s.tmp%ld", path, (long)getpid());
+    FILE *f = fopen(tmp, "w");
+    int bad = !f || fputs(text, f) < 0;
+    if ((f && fclose(f) != 0) || bad || rename(tmp, path) != 0) {
+        fprintf(stderr, "clattn-tune: writing %s: %s\n", path, strerror(errno));
+        remove(tmp);
+        return 1;
+    }
+    /* Read back as every context will: the library must take the whole file. */
+    memset(&p, 0, sizeof p);
+    p.device = s.device;
+    p.tune_file = path;
+    if (clattn_context_create(&ctx, &p) != CLATTN_SUCCESS ||
+        !strstr(clattn_context_tune_note(ctx), "in use")) {
+        fprintf(stderr, "clattn-tune: the library does not take %s: %s\n", path,
+                ctx ? clattn_context_tune_note(ctx) : clattn_last_error(NULL));
+        clattn_context_destroy(&ctx);
+        return 1;
+    }
+    printf("wrote %s in %.0f s; %s\n", path, now() - s.start, clattn_context_tune_note(ctx));
+    clattn_context_destroy(&ctx);
+    return 0;
+}
