@@ -2,6 +2,8 @@
  * buckets, the default location, and every stale or corrupt file ignored with a note while the
  * context is still created. */
 #include "harness.h"
+#include "ref.h"
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -217,6 +219,80 @@ static void test_locations(void **state)
     setenv("CLATTN_TUNE_FILE", "off", 1);
 }
 
+/* One attention call (2 heads, 40 x 40, head size 64) on c against the double reference. */
+static void check_attention_d64(clattn_context *c, const char *what)
+{
+    enum { H = 2, N = 40, D = 64 };
+    size_t n = (size_t)H * N * D, dims[3] = {H, N, D};
+    float *q = malloc(n * 4), *k = malloc(n * 4), *v = malloc(n * 4), *got = malloc(n * 4);
+    double *w = malloc((size_t)H * N * N * 8), *ref = malloc(n * 8), *scale = malloc(n * 8);
+    h_fill(q, n, -1, 1);
+    h_fill(k, n, -1, 1);
+    h_fill(v, n, -1, 1);
+    clattn_tensor t[4];
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(clattn_tensor_create(c, CLATTN_FLOAT32, 3, dims,
+                                              i == 0 ? q : i == 1 ? k : i == 2 ? v : NULL, &t[i]),
+                         0);
+    assert_int_equal(clattn_tensor_fill(c, &t[3], NAN), 0);
+    if (clattn_dot_product_attention(c, &t[0], &t[1], &t[2], NULL, &t[3], NULL) != 0 ||
+        clattn_tensor_read_blocking(c, &t[3], got) != 0)
+        fail_msg("%s: %s", what, clattn_last_error(c));
+    double *qd = ref_to_double(q, n), *kd = ref_to_double(k, n), *vd = ref_to_double(v, n);
+    ref_mask m = {H, 1, N, N, NULL, 0, NULL, {0, 0, 0, 0}, 0, CLATTN_DEFAULT_FILL, 0, 0, 0, 0,
+                  NULL, {0, 0, 0, 0}, NULL, {0, 0}};
+    ref_attention(&m, D, D, qd, kd, vd, 1.0 / sqrt((double)D), NULL, w, ref);
+    ref_attention_scale(H, N, N, D, w, vd, ref, scale);
+    h_assert_scaled(got, ref, scale, n, 1e-4, what); /* test_attention.c's OUT_TOL */
+    for (int i = 0; i < 4; i++)
+        clattn_tensor_release(&t[i]);
+    free(q); free(k); free(v); free(got); free(w); free(ref); free(scale);
+    free(qd); free(kd); free(vd);
+}
+
+/* A bucketed entry is checked at its bucket's head size only: an attention=gpu tile this device
+ * refuses for every head size (local or private memory at head size 256) is taken as
+ * attention@d64, for head sizes up to 64 only, and computes right there. */
+static void test_bucket_limits(void **state)
+{
+    (void)state;
+    static const char *const tiles[] = {"gpu:BQ=1024:BK=64", "gpu:BQ=64:BK=16", "gpu:BQ=64:BK=64",
+                                        "gpu:BQ=128:BK=128"};
+    char tuning[128], path[300], text[4096];
+    clattn_params p;
+    clattn_context *c = NULL;
+    memset(&p, 0, sizeof p);
+    p.tune_file = "off";
+    for (size_t i = 0; i < sizeof tiles / sizeof tiles[0]; i++) {
+        snprintf(tuning, sizeof tuning, "attention=%s", tiles[i]);
+        p.tuning = tuning;
+        if (clattn_context_create(&c, &p) == CLATTN_SUCCESS) {
+            clattn_context_destroy(&c);
+            continue; /* the device takes it at every head size */
+        }
+        snprintf(tuning, sizeof tuning, "attention@d64=%s", tiles[i]);
+        if (clattn_context_create(&c, &p) != CLATTN_SUCCESS) {
+            print_message("# %s: refused at head size 64 too: %s\n", tiles[i],
+                          clattn_last_error(NULL));
+            continue;
+        }
+        assert_choice(c, "attention@d64", tiles[i]);
+        assert_choice(c, "attention@d256", att_table);
+        check_attention_d64(c, tuning);
+        clattn_context_destroy(&c);
+        /* the same entry from a tune file */
+        snprintf(path, sizeof path, "%s/bucket.txt", dir);
+        snprintf(text, sizeof text, "clattn-tune 1\n%sattention@d64=%s\n", keys, tiles[i]);
+        write_text(path, text);
+        c = open_ctx(path, NULL, NULL);
+        assert_note(c, "1 entry in use");
+        check_attention_d64(c, "attention@d64 from a tune file");
+        clattn_context_destroy(&c);
+        return;
+    }
+    print_message("# no attention=gpu tile in the list is refused here at head size 256\n");
+}
+
 static void test_tuning_query_bad_input(void **state)
 {
     (void)state;
@@ -240,7 +316,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_entries_in_use),   cmocka_unit_test(test_bad_files_ignored),
         cmocka_unit_test(test_stale_files_ignored), cmocka_unit_test(test_locations),
-        cmocka_unit_test(test_tuning_query_bad_input),
+        cmocka_unit_test(test_tuning_query_bad_input), cmocka_unit_test(test_bucket_limits),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -93,8 +93,7 @@ static void query_device(clattn_context *c)
     /* Mesa's rusticl aborts the process on a binary it does not know
      * (tests/portability/rusticl_binary_repro.c), which a disk cache meets after a driver
      * update; it caches compiled kernels itself, so clattn's disk cache stays off there. */
-    if (strcmp(c->platform_name, "rusticl") == 0)
-        c->cache_dir[0] = '\0';
+    c->no_binary_cache = strcmp(c->platform_name, "rusticl") == 0;
     /* llvmpipe's gallivm keeps one loop counter per work-item (per SIMD batch of them), shared by
      * every loop of the kernel and never reset, and leaves every loop once it has run 65535
      * iterations, silently (tests/portability/llvmpipe_loop_limit_repro.c). The budget keeps a

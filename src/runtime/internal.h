@@ -61,6 +61,8 @@ struct clattn_context {
     char *tuning;
     char *kernel_dir;
     char *cache_dir;
+    int no_binary_cache; /* rusticl: cache_dir holds no program binaries (context.c), only the
+                            tune file */
     /* The tune file (tunefile.c): its path ("" when off), its validated entries in CLATTN_TUNE's
      * syntax with op@bucket keys ("" when none), and the note on what came of it. */
     char *tune_path;
@@ -261,6 +263,8 @@ typedef struct {
     char names[CLATTN_MAX_TUNE_PARAMS][24];
     int values[CLATTN_MAX_TUNE_PARAMS];
     char defines[512]; /* "-D NAME=value ..." for the kernel build */
+    int max_head;      /* the largest head size the fused kernels' limits were checked at; 0 =
+                          every head size (256): a bucketed entry (op@d64) needs only its own */
 } clattn_tuning;
 /* Sets parameter `name` of t (one it has) and rewrites its defines. */
 void clattn__tune_set(clattn_tuning *t, const char *name, int value);

@@ -160,7 +160,7 @@ static clattn_status build_program(clattn_context *ctx, const char *file, const 
     strbuf b = {0};
     *out = NULL;
     CHECK_ST(expand(ctx, file, &b, 0));
-    if (ctx->cache_dir[0]) {
+    if (ctx->cache_dir[0] && !ctx->no_binary_cache) {
         e->cache_key = clattn__cache_key(ctx, b.s, options);
         if (from_cache)
             *out = clattn__cache_load(ctx, e->cache_key, &e->cache_size);
@@ -340,7 +340,8 @@ static clattn_kernel_entry *kernel_entry(clattn_context *ctx, cl_kernel k)
 /* Where to put the event of this launch: &ev for a kernel's first launch with the disk cache on. */
 static cl_event *first_launch_event(clattn_context *ctx, cl_kernel k, cl_event *ev)
 {
-    clattn_kernel_entry *e = ctx->cache_dir[0] ? kernel_entry(ctx, k) : NULL;
+    clattn_kernel_entry *e = ctx->cache_dir[0] && !ctx->no_binary_cache ? kernel_entry(ctx, k)
+                                                                       : NULL;
     return e && !e->launched ? ev : NULL;
 }
 

@@ -55,27 +55,33 @@ static int param(const clattn_tuning *t, const char *name)
  * still 2x under a 2 MiB one. */
 #define CPU_PRIVATE_BUDGET (1u << 20)
 
-/* Private bytes of one flash_cpu work-item at head size MAX_HEAD (DVP = 256): per row group QG x
- * QR rows of state (outputs DVP floats, a float16 of sums, max, row and limit), per group in
- * flight QR rows of scores and probabilities (KB floats each) and of outputs, plus the K and V
- * vectors of one step. */
-static size_t private_cpu(size_t QR, size_t KB, size_t QG)
+/* The head size t's limits are checked at: its bucket's largest, else MAX_HEAD. */
+static size_t head_of(const clattn_tuning *t)
 {
-    size_t row_state = MAX_HEAD * 4 + 64 + 12, row_work = 8 * KB + MAX_HEAD * 4 + 64 + 12;
-    return QG * QR * row_state + 8 * QG + QR * row_work + 4 * KB + MAX_HEAD * 4 + 64;
+    return t->max_head > 0 ? (size_t)t->max_head : MAX_HEAD;
+}
+
+/* Private bytes of one flash_cpu work-item at head size H (DVP = H): per row group QG x QR rows
+ * of state (outputs DVP floats, a float16 of sums, max, row and limit), per group in flight QR
+ * rows of scores and probabilities (KB floats each) and of outputs, plus the K and V vectors of
+ * one step. */
+static size_t private_cpu(size_t QR, size_t KB, size_t QG, size_t H)
+{
+    size_t row_state = H * 4 + 64 + 12, row_work = 8 * KB + H * 4 + 64 + 12;
+    return QG * QR * row_state + 8 * QG + QR * row_work + 4 * KB + H * 4 + 64;
 }
 
 /* flash_gpu keeps its row of q (DP), of the output (DVP) and the BK scores of a tile in private
  * memory, live across the group's barriers. */
-static size_t private_gpu(size_t BK)
+static size_t private_gpu(size_t BK, size_t H)
 {
-    return (2 * MAX_HEAD + BK) * 4 + 64;
+    return (2 * H + BK) * 4 + 64;
 }
 
-/* Local memory of flash_gpu at head size MAX_HEAD: K (DP + 1 per row) and V tiles of BK keys. */
-static size_t local_gpu(size_t BK)
+/* Local memory of flash_gpu at head size H: K (DP + 1 per row) and V tiles of BK keys. */
+static size_t local_gpu(size_t BK, size_t H)
 {
-    return BK * (MAX_HEAD + 1 + MAX_HEAD) * 4 + 4;
+    return BK * (H + 1 + H) * 4 + 4;
 }
 
 static int is_cpu(const clattn_context *ctx)
@@ -179,12 +185,12 @@ static int attention_cpu_check(const clattn_context *ctx, const clattn_tuning *t
                                size_t n)
 {
     int QR = param(t, "QR"), KB = param(t, "KB"), WG = param(t, "WG"), QG = param(t, "QG");
-    size_t bytes = (size_t)WG * private_cpu((size_t)QR, (size_t)KB, (size_t)QG);
+    size_t bytes = (size_t)WG * private_cpu((size_t)QR, (size_t)KB, (size_t)QG, head_of(t));
     if (bytes > CPU_PRIVATE_BUDGET) { /* the CPU shape: on a GPU this much would all spill */
         snprintf(why, n, "WG=%d items of QG=%d x QR=%d rows (KB=%d) need about %zu KiB of private "
                  "memory per work-group at head size %d, over the %u KiB a CPU thread's stack "
                  "is trusted with: lower WG, QG, QR or KB", WG, QG, QR, KB, bytes >> 10,
-                 MAX_HEAD, CPU_PRIVATE_BUDGET >> 10);
+                 (int)head_of(t), CPU_PRIVATE_BUDGET >> 10);
         return 0;
     }
     return !over_max_wg(ctx, "WG", WG, why, n);
@@ -194,7 +200,8 @@ static int attention_gpu_check(const clattn_context *ctx, const clattn_tuning *t
                                size_t n)
 {
     int BQ = param(t, "BQ"), BK = param(t, "BK");
-    size_t local = local_gpu((size_t)BK), bytes = (size_t)BQ * private_gpu((size_t)BK);
+    size_t H = head_of(t);
+    size_t local = local_gpu((size_t)BK, H), bytes = (size_t)BQ * private_gpu((size_t)BK, H);
     /* PoCL 3.1 computes wrong outputs when a group has more items than the K tile has floats
      * (BK x DP; DP, the padded head size, is at least 16), Oclgrind does not; neither an
      * atomic-free group vote nor equal trip counts in the tile loads changed that. Refused. */
@@ -205,11 +212,11 @@ static int attention_gpu_check(const clattn_context *ctx, const clattn_tuning *t
         return 0;
     else if (ctx->local_mem && local > ctx->local_mem)
         snprintf(why, n, "BK=%d key tiles need %zu bytes of local memory at head size %d, over "
-                 "this device's %zu", BK, local, MAX_HEAD, ctx->local_mem);
+                 "this device's %zu", BK, local, (int)H, ctx->local_mem);
     else if (is_cpu(ctx) && bytes > CPU_PRIVATE_BUDGET)
         snprintf(why, n, "BQ=%d items (BK=%d) need about %zu KiB of private memory per "
                  "work-group at head size %d, over the %u KiB a CPU device's thread stack is "
-                 "trusted with", BQ, BK, bytes >> 10, MAX_HEAD, CPU_PRIVATE_BUDGET >> 10);
+                 "trusted with", BQ, BK, bytes >> 10, (int)H, CPU_PRIVATE_BUDGET >> 10);
     else
         return loops_check(ctx, t, clattn__flash_gpu_min_loops(t), why, n);
     return 0;
@@ -220,7 +227,7 @@ static void attention_gpu_fit(const clattn_context *ctx, clattn_tuning *t)
     int BQ = param(t, "BQ"), BK = param(t, "BK");
     while (ctx->max_wg && (size_t)BQ > ctx->max_wg && BQ > 1)
         BQ /= 2;
-    while (ctx->local_mem && local_gpu((size_t)BK) > ctx->local_mem && BK > 1)
+    while (ctx->local_mem && local_gpu((size_t)BK, MAX_HEAD) > ctx->local_mem && BK > 1)
         BK /= 2;
     while (BQ > 16 * BK)
         BQ /= 2;
@@ -594,17 +601,17 @@ int clattn__bucket_known(const char *op, const char *bucket)
                         strcmp(bucket, "d256") == 0);
 }
 
-/* The tune file's entry for op at bucket (op@bucket=...), else for op, else NULL. */
-static const char *find_tuned(const clattn_context *ctx, const char *op, const char *bucket,
-                              size_t *len)
+/* The entry of list (CLATTN_TUNE's syntax) for op at bucket (op@bucket=...), else for op, else
+ * NULL. */
+static const char *find_keyed(const char *list, const char *op, const char *bucket, size_t *len)
 {
     char key[64];
     const char *o = NULL;
-    if (!ctx->tuned || !ctx->tuned[0])
+    if (!list || !list[0])
         return NULL;
     if (bucket && (size_t)snprintf(key, sizeof key, "%s@%s", op, bucket) < sizeof key)
-        o = find_override(ctx->tuned, key, len);
-    return o ? o : find_override(ctx->tuned, op, len);
+        o = find_override(list, key, len);
+    return o ? o : find_override(list, op, len);
 }
 
 clattn_status clattn__tune(clattn_context *ctx, const char *op, clattn_tuning *t)
@@ -620,9 +627,9 @@ clattn_status clattn__tune_bucket(clattn_context *ctx, const char *op, const cha
     char why[400];
     size_t len = 0;
     unsigned seen = 0;
-    const char *o = find_override(ctx->tuning, op, &len);
+    const char *o = find_keyed(ctx->tuning, op, bucket, &len);
     if (!o)
-        o = find_tuned(ctx, op, bucket, &len);
+        o = find_keyed(ctx->tuned, op, bucket, &len);
     if (o) {
         const char *colon = memchr(o, ':', len);
         size_t vlen = colon ? (size_t)(colon - o) : len;
@@ -638,6 +645,8 @@ clattn_status clattn__tune_bucket(clattn_context *ctx, const char *op, const cha
           "in all, and this CPU-shaped kernel runs more from modest sizes on (wrong results); "
           "use %s=%s, the table's choice there", op, ctx->name, op,
           strcmp(op, "backward") == 0 ? "unfused" : "gpu");
+    t->max_head = !bucket ? 0 : strcmp(bucket, "d64") == 0 ? 64 : strcmp(bucket, "d128") == 0 ? 128
+                                                                                             : 0;
     /* An override the device cannot run is the caller's mistake; the table's own choice, still
      * too big after fitting, is the device's limit. */
     CHECK(ctx, !d->check || d->check(ctx, t, why, sizeof why),
@@ -692,7 +701,13 @@ clattn_status clattn__check_tuning(clattn_context *ctx)
         op[eq - s] = '\0';
         CHECK(ctx, find_override(ctx->tuning, op, &len) == eq + 1, CLATTN_ERROR_INVALID_ARGUMENT,
               "tuning: op %s given twice", op);
-        CHECK_ST(clattn__tune(ctx, op, &t));
+        char *at = strchr(op, '@'); /* op@bucket: an entry for one head-size bucket */
+        if (at)
+            *at++ = '\0';
+        CHECK(ctx, !at || clattn__bucket_known(op, at), CLATTN_ERROR_INVALID_ARGUMENT,
+              "tuning: op %s has no bucket '%s' (attention, decode and backward take d64, d128, "
+              "d256)", op, at);
+        CHECK_ST(clattn__tune_bucket(ctx, op, at, &t));
         if (!comma)
             break;
         s = comma + 1;
