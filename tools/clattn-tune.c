@@ -12,7 +12,10 @@
  * cannot run), checked against the test suite's double-precision reference before it is timed,
  * and timed as the median of up to 5 runs. At the end the best is timed against the table's
  * choice once more, alternately, best of three medians each; only a choice at least 3% faster is
- * written. --quick: small shapes and a few candidates (a smoke test, seconds).
+ * written. Ops are tuned in the order matmul, softmax, attention, each with the entries kept
+ * before it (the unfused attention chain runs through the matmul and softmax variants); an op's
+ * table figure is the table's choice for every op. --quick: small shapes and a few candidates (a
+ * smoke test, seconds).
  */
 #include "../tests/ref.h"
 #include <clattn.h>
@@ -84,6 +87,9 @@ typedef struct {
     const char *device;
     double budget, start;
     int quick;
+    /* The entries kept for the ops tuned before (comma-separated): later candidates run with
+     * them, since the unfused attention chain runs through the matmul and softmax variants. */
+    char kept[2048];
 } settings;
 
 static unsigned long long rng = 12345;
@@ -184,8 +190,9 @@ static void make_work(work *w, int op, int quick)
         int h = (int)w->dims[0][0], n = (int)w->dims[0][1], d = (int)w->dims[0][2];
         ref_mask m = {h, 1, n, n, NULL, 0, NULL, {0, 0, 0, 0}, 0, CLATTN_DEFAULT_FILL, 0, 0, 0,
                       0, NULL, {0, 0, 0, 0}, NULL, {0, 0}};
-        double *q = to_double(w->in[0], (size_t)h * n * d), *k = to_double(w->in[1], (size_t)h * n * d);
-        double *v = to_double(w->in[2], (size_t)h * n * d);
+        size_t an = (size_t)h * n * d;
+        double *q = to_double(w->in[0], an), *k = to_double(w->in[1], an);
+        double *v = to_double(w->in[2], an);
         double *wt = xmalloc((size_t)h * n * n * 8);
         ref_attention(&m, d, d, q, k, v, 1.0 / sqrt((double)d), NULL, wt, w->ref);
         ref_attention_scale((size_t)h, n, n, d, wt, v, w->ref, w->scale);
@@ -232,10 +239,15 @@ static double median_time(clattn_context *ctx, const work *w, clattn_tensor *t)
     return s[n / 2];
 }
 
-/* Seconds per run of w with tuning entry `entry` ("op=variant:..."), checked against the
- * reference first; < 0 when the device refuses it (why: the reason) or it computes wrong. */
-static double measure(const settings *s, const work *w, const char *entry, char *why, size_t n)
+/* Seconds per run of w with tuning entry `entry` ("op=variant:..."), with the entries kept so far
+ * unless alone, checked against the reference first; < 0 when the device refuses it (why: the
+ * reason) or it computes wrong. */
+static double measure(const settings *s, const work *w, const char *entry, int alone, char *why,
+                      size_t n)
 {
+    char tuning[3000];
+    snprintf(tuning, sizeof tuning, "%s%s%s", alone ? "" : s->kept,
+             !alone && s->kept[0] ? "," : "", entry);
     clattn_params p;
     clattn_context *ctx = NULL;
     clattn_tensor t[4];
@@ -244,7 +256,7 @@ static double measure(const settings *s, const work *w, const char *entry, char 
     memset(&p, 0, sizeof p);
     memset(t, 0, sizeof t);
     p.device = s->device;
-    p.tuning = entry;
+    p.tuning = tuning;
     p.tune_file = "off";
     why[0] = '\0';
     if (clattn_context_create(&ctx, &p) != CLATTN_SUCCESS) {
@@ -350,7 +362,7 @@ static int beats(const settings *s, const work *w, int op, const char *cand, dou
         return 0;
     entry_of(a, sizeof a, op_keys[op], o->best);
     entry_of(b, sizeof b, op_keys[op], cand);
-    double tb = measure(s, w, a, why, sizeof why), tc = measure(s, w, b, why, sizeof why);
+    double tb = measure(s, w, a, 0, why, sizeof why), tc = measure(s, w, b, 0, why, sizeof why);
     o->best_s = tb > 0 && tb < o->best_s ? tb : o->best_s;
     t = tc > 0 && tc < t ? tc : t;
     if (t >= KEEP * o->best_s)
@@ -390,13 +402,13 @@ static void search(const settings *s, const work *w, int op, double share_end, o
             p += *p == ':';
         }
         entry_of(entry, sizeof entry, op_keys[op], seed);
-        double t = measure(s, w, entry, why, sizeof why);
+        double t = measure(s, w, entry, 0, why, sizeof why);
         report(w, entry, t, o->best_s, why);
         beats(s, w, op, seed, t, o);
     }
     if (op == ATTENTION) { /* the unfused chain: a different algorithm, one candidate */
         entry_of(entry, sizeof entry, op_keys[op], "unfused");
-        double t = measure(s, w, entry, why, sizeof why);
+        double t = measure(s, w, entry, 0, why, sizeof why);
         report(w, entry, t, o->best_s, why);
         beats(s, w, op, "unfused", t, o);
     }
@@ -413,7 +425,7 @@ static void search(const settings *s, const work *w, int op, double share_end, o
                     continue;
                 with_param(cand, sizeof cand, base, gp->name, gp->values[vi]);
                 entry_of(entry, sizeof entry, op_keys[op], cand);
-                double t = measure(s, w, entry, why, sizeof why);
+                double t = measure(s, w, entry, 0, why, sizeof why);
                 report(w, entry, t, o->best_s, why);
                 changed |= beats(s, w, op, cand, t, o);
             }
@@ -429,7 +441,7 @@ static void confirm(const settings *s, const work *w, int op, outcome *o)
     entry_of(a, sizeof a, op_keys[op], o->table);
     entry_of(b, sizeof b, op_keys[op], o->best);
     for (int r = 0; r < 3; r++) {
-        double x = measure(s, w, a, why, sizeof why), y = measure(s, w, b, why, sizeof why);
+        double x = measure(s, w, a, 1, why, sizeof why), y = measure(s, w, b, 0, why, sizeof why);
         ta = x > 0 && x < ta ? x : ta;
         tb = y > 0 && y < tb ? y : tb;
     }
@@ -492,7 +504,9 @@ static int usage(const char *msg)
 
 int main(int argc, char **argv)
 {
-    settings s = {NULL, 600, 0, 0};
+    settings s;
+    memset(&s, 0, sizeof s);
+    s.budget = 600;
     setvbuf(stdout, NULL, _IOLBF, 0); /* progress, line by line, also into a log file */
     const char *out = NULL, *ops = "matmul,softmax,attention";
     int want[NOPS] = {0, 0, 0};
@@ -570,7 +584,7 @@ int main(int argc, char **argv)
         char entry[640];
         entry_of(entry, sizeof entry, op_keys[op], o->table);
         printf("%s (%s), table: %s\n", op_names[op], w.shape, entry);
-        o->table_s = measure(&s, &w, entry, why, sizeof why);
+        o->table_s = measure(&s, &w, entry, 1, why, sizeof why);
         if (o->table_s < 0) {
             printf("  the table's choice: %s\n", why);
             copy(o->best, sizeof o->best, o->table);
@@ -590,9 +604,12 @@ int main(int argc, char **argv)
                                  "# %s %s: table %s %.3f ms, tuned %.3f ms (%.2fx)\n",
                                  op_names[op], w.shape, o->table, 1e3 * o->table_s,
                                  1e3 * o->best_s, ratio);
-        if (keep)
+        if (keep) {
             used += (size_t)snprintf(text + used, sizeof text - used, "%s=%s\n", op_keys[op],
                                      o->best);
+            size_t k = strlen(s.kept);
+            snprintf(s.kept + k, sizeof s.kept - k, "%s%s=%s", k ? "," : "", op_keys[op], o->best);
+        }
         free_work(&w);
     }
     clattn_context_destroy(&ctx);

@@ -52,9 +52,9 @@ class Context:
     Context(device=None) picks the device as the C library does: `device` (a spec as
     CLATTN_DEVICE takes: "cpu", "gpu", "P:D", a name such as "pocl"), else the environment's
     CLATTN_DEVICE, else the first GPU, accelerator, CPU. tuning, kernel_dir, cache_dir, sync and
-    tune_file are clattn_params' fields (each winning over its environment variable). Ops enqueue work and
-    return; Array.numpy() and finish() wait for it. Use from one thread at a time (a lock
-    serialises calls from several).
+    tune_file are clattn_params' fields (each winning over its environment variable). Ops
+    enqueue work and return; Array.numpy() and finish() wait for it. Use from one thread at a
+    time (a lock serialises calls from several).
     """
 
     def __init__(self, device=None, *, tuning=None, kernel_dir=None, cache_dir=None, sync=None,

@@ -239,3 +239,79 @@ def test_matmul_linear_dropout(ctx, rng):
     assert 0 < kept.sum() < y.size
     assert np.allclose(y[kept], 2 * x[kept], rtol=2 ** -23)
     assert np.array_equal(clattn.dropout(x, 0.5, training=False).numpy(), x)
+
+
+def test_dropout_streams_agree(ctx, rng):
+    # Attention's dropout and clattn.dropout draw one Philox mask for (seed, offset, element):
+    # the dropped weights are the output for V = I. Distinct seed and offset values tell a swap.
+    Q, K = f32(rng, 2, 5, 8), f32(rng, 2, 7, 8)
+    eye = np.tile(np.eye(7, dtype=np.float32), (2, 1, 1))
+    _, W = clattn.dot_product_attention(Q, K, eye, need_weights=True)
+    dropped = clattn.dot_product_attention(Q, K, eye, dropout_p=0.4, seed=3, offset=5).numpy()
+    want = clattn.dropout(W, 0.4, seed=3, offset=5).numpy()
+    assert np.allclose(dropped, want, rtol=1e-5, atol=1e-7)
+    assert not np.allclose(want, clattn.dropout(W, 0.4, seed=5, offset=3).numpy())
+
+
+def test_default_output_dtypes(ctx, rng):
+    X = ctx.array(f32(rng, 2, 3, 5), "float16")
+    assert clattn.masked_softmax(X).dtype == "float16"
+    assert clattn.masked_softmax(X, out_dtype="float32").dtype == "float32"
+    Q = ctx.array(f32(rng, 2, 3, 8), "bfloat16")
+    out, w, lse = clattn.dot_product_attention(Q, Q, Q, need_weights=True, need_lse=True)
+    assert (out.dtype, w.dtype, lse.dtype) == ("bfloat16", "bfloat16", "float32")
+
+
+def test_backward_reads_out_and_lse(ctx, rng):
+    # Where the fused backward runs (CPU shapes), it recomputes P from the LSE it is given, so a
+    # wrong LSE shows: proof that out and lse reach the C call. The chain ignores them.
+    if not ctx.tuning("backward@d64").startswith("cpu"):
+        pytest.skip("the backward here is the unfused chain, which does not read the LSE")
+    Q, K, V, dout = f32(rng, 1, 6, 8), f32(rng, 1, 9, 8), f32(rng, 1, 9, 8), f32(rng, 1, 6, 8)
+    out, lse = clattn.dot_product_attention(Q, K, V, need_lse=True)
+    good = clattn.dot_product_attention_backward(Q, K, V, dout, out=out, lse=lse)[0].numpy()
+    shifted = ctx.array(lse.numpy() + 1.0)
+    bad = clattn.dot_product_attention_backward(Q, K, V, dout, out=out, lse=shifted)[0].numpy()
+    assert not np.allclose(good, bad)
+
+
+def test_decode_scale_and_window(ctx, rng):
+    B, H, Kmax, d = 1, 2, 12, 8
+    kc, vc, Q = f32(rng, B, H, Kmax, d), f32(rng, B, H, Kmax, d), f32(rng, B, H, 1, d)
+    lens = ctx.array(np.array([10], np.int32))
+    out = clattn.decode_attention(Q, ctx.array(kc), ctx.array(vc), lens, scale=0.3,
+                                  window=(3, None)).numpy()
+    blk = ref.blocked((H, 1, 10), window=(3, None), align="bottom_right")
+    want, W, _ = ref.attention(Q[0], kc[0][:, :10], vc[0][:, :10], blk, scale=0.3)
+    ref.assert_scaled(out[0], want, ref.out_scale(W, vc[0][:, :10]), OUT_TOL, "decode window")
+
+
+def test_matmul_alpha_and_shared_operand(ctx, rng):
+    A, B2 = f32(rng, 3, 4, 5), f32(rng, 5, 6)  # a 2-D B shared by every batch
+    got = clattn.matmul(A, B2, alpha=0.5).numpy()
+    assert got.shape == (3, 4, 6)
+    want = 0.5 * A.astype(np.float64) @ B2
+    ref.assert_scaled(got, want, 0.5 * np.abs(A) @ np.abs(B2), 1e-5, "alpha, shared B")
+    A2, B = f32(rng, 4, 5), f32(rng, 3, 5, 6)  # a 2-D A shared, stored transposed
+    got = clattn.matmul(A2.T.copy(), B, trans_a=True).numpy()
+    assert got.shape == (3, 4, 6)
+    ref.assert_scaled(got, A2.astype(np.float64) @ B, np.abs(A2) @ np.abs(B), 1e-5, "shared A")
+
+
+def test_sync_checks_device_lengths(ctx, rng):
+    X = f32(rng, 2, 3, 4)
+    checked = clattn.Context(sync=True)
+    try:
+        lens = checked.array(np.array([9, 1], np.int32))  # 9 > K = 4
+        with pytest.raises(clattn.InvalidArgument, match="valid_lens"):
+            clattn.masked_softmax(X, lens, ctx=checked)
+    finally:
+        checked.close()
+    unchecked = clattn.Context(sync=False)
+    try:  # clamped to K on the device
+        lens = unchecked.array(np.array([9, 1], np.int32))
+        got = clattn.masked_softmax(X, lens, ctx=unchecked).numpy()
+        ref.assert_close(got, ref.masked_softmax(X, ref.blocked(X.shape, [4, 1])), SM_RTOL,
+                         SM_ATOL, "clamped lengths")
+    finally:
+        unchecked.close()

@@ -50,3 +50,14 @@ def test_interop_bad_input(shared):
         clattn.Array.from_pyopencl(c, cl.Buffer(queue.context, cl.mem_flags.READ_WRITE, 64))
     with pytest.raises(TypeError, match="data: .*float64"):
         clattn.Array.from_pyopencl(c, cla.zeros(queue, 4, np.float64))
+
+
+def test_views_and_contexts_over_one_cl_context(ctx, shared, rng):
+    c, queue = shared
+    data = rng.standard_normal((3, 4)).astype(np.float32)
+    a = ctx.array(data)  # made on ctx, read through pyopencl at an element offset
+    assert np.array_equal(a[1].to_pyopencl(queue).get(), data[1])
+    # The wrapped context shares ctx's cl_context: its arrays run in ctx's ops.
+    b = c.array(data)
+    got = clattn.masked_softmax(b, ctx=ctx).numpy()
+    assert np.allclose(got, clattn.masked_softmax(data).numpy())

@@ -139,3 +139,45 @@ def test_masked_softmax_against_d2l_torch(ctx, rng):
         want = d2l_torch.masked_softmax(_t(X).clone(), _t(lens)).double().numpy()
         ref.assert_close(clattn.masked_softmax(X, lens).numpy(), want, 2e-6, 1e-9,
                          f"masked_softmax vs d2l {lens.tolist()}")
+
+
+def _mha_weights(rng, e, kdim):
+    return {n: rng.standard_normal(s).astype(np.float32) for n, s in
+            (("W_q", (e, e)), ("W_k", (e, kdim)), ("W_v", (e, kdim)), ("W_o", (e, e)),
+             ("b_q", (e,)), ("b_k", (e,)), ("b_v", (e,)), ("b_o", (e,)))}
+
+
+@pytest.mark.parametrize("packed", [True, False])
+def test_mha_state_dict_layouts(ctx, rng, packed):
+    # torch.nn.MultiheadAttention's keys, written here from its documented layout (no torch
+    # needed): in_proj_weight stacks W_q, W_k, W_v (or q/k/v_proj_weight when kdim != E),
+    # in_proj_bias the three biases, out_proj the output layer.
+    w = _mha_weights(rng, 6, 6 if packed else 4)
+    sd = {"out_proj.weight": w["W_o"], "out_proj.bias": w["b_o"],
+          "in_proj_bias": np.concatenate([w["b_q"], w["b_k"], w["b_v"]])}
+    if packed:
+        sd["in_proj_weight"] = np.concatenate([w["W_q"], w["W_k"], w["W_v"]])
+    else:
+        sd.update(q_proj_weight=w["W_q"], k_proj_weight=w["W_k"], v_proj_weight=w["W_v"])
+    net = clattn.MultiHeadAttention(6, 2).load_state_dict(sd)
+    for n, a in w.items():
+        assert np.array_equal(net.weights[n].numpy(), a), n
+    # d2l's keys, with bias=True
+    d2l = {f"{n}.weight": w[n] for n in ("W_q", "W_k", "W_v", "W_o")}
+    d2l.update({f"W_{c}.bias": w[f"b_{c}"] for c in "qkvo"})
+    net = clattn.MultiHeadAttention(6, 2, bias=True).load_state_dict(d2l)
+    for n, a in w.items():
+        assert np.array_equal(net.weights[n].numpy(), a), n
+
+
+def test_mha_lazy_shapes(ctx, rng):
+    net = clattn.MultiHeadAttention(8, 2, bias=True, num_kv_heads=1)
+    q, k, v = f32_(rng, 2, 3, 5), f32_(rng, 2, 4, 6), f32_(rng, 2, 4, 7)
+    assert net(q, k, v).shape == (2, 3, 8)
+    shapes = {n: a.shape for n, a in net.weights.items()}
+    assert shapes == {"W_q": (8, 5), "W_k": (4, 6), "W_v": (4, 7), "W_o": (8, 8), "b_q": (8,),
+                      "b_k": (4,), "b_v": (4,), "b_o": (8,)}
+
+
+def f32_(rng, *shape):
+    return rng.standard_normal(shape).astype(np.float32)
