@@ -3,9 +3,13 @@
  * a device), which every later context on that device reads.
  *
  *   clattn-tune [--device SPEC] [--budget SECONDS] [--ops LIST] [--out FILE] [--quick]
+ *   LIST: matmul,softmax,attention,decode,backward (the default: all)
  *
- * For each op (matmul, softmax, attention: the fused kernel at head size 64) it starts from the
- * table's choice and walks the variant's parameters one at a time over a grid of legal values
+ * For each op (matmul n = 1024; softmax 4096 x 1024; attention: the fused kernel, 8 heads, N 1024,
+ * head size 64; decode: one new row per head over a 4096-key cache, 8 heads, head size 128;
+ * backward: the fused backward of that attention, given its out and LSE) it starts from the
+ * table's choice (plus a few seeds) and walks the variant's parameters one at a time over a grid
+ * of legal values
  * (coordinate descent: a change is kept when it is 3% faster, in its first timing and again
  * when both are timed once more, alternately), within the op's share of the time
  * budget. Every candidate is built through CLATTN_TUNE's parser (the device's limits refuse what
@@ -28,12 +32,12 @@
 #include <time.h>
 #include <unistd.h>
 
-enum { MATMUL, SOFTMAX, ATTENTION, NOPS };
-static const char *const op_names[NOPS] = {"matmul", "softmax", "attention"};
-/* The tune-file key of each op: the attention shapes below have head size 64. */
-static const char *const op_keys[NOPS] = {"matmul", "softmax", "attention@d64"};
+enum { MATMUL, SOFTMAX, ATTENTION, DECODE, BACKWARD, NOPS };
+static const char *const op_names[NOPS] = {"matmul", "softmax", "attention", "decode",
+                                           "backward"};
 
-#define OUT_TOL 1e-4 /* as tests/test_attention.c and clattn-check: relative to the error scale */
+#define OUT_TOL 1e-4  /* as tests/test_attention.c and clattn-check: relative to the error scale */
+#define GRAD_TOL 1e-5 /* as tests/test_backward.c: relative to ref_attention_backward's scales */
 #define KEEP 0.97    /* a candidate is kept when it takes at most 97% of the current best */
 
 /* One parameter's grid of values to try. */
@@ -69,18 +73,32 @@ static const grid grids[] = {
     {"attention", "gpu", 2, {{"BQ", 6, {8, 16, 32, 64, 128, 256}},
                              {"BK", 5, {4, 8, 16, 32, 64}}},
      {"BQ=16:BK=16", "BQ=32:BK=16", "BQ=128:BK=16", "BQ=32:BK=4"}},
+    {"decode", "cpu", 2, {{"RQ", 4, {1, 2, 4, 8}}, {"SK", 6, {128, 256, 512, 1024, 2048, 4096}}},
+     {NULL}},
+    {"decode", "gpu", 3, {{"WG", 5, {16, 32, 64, 128, 256}}, {"SK", 5, {64, 128, 256, 512, 1024}},
+                          {"RQ", 3, {1, 2, 4}}},
+     {"WG=32:SK=128", "WG=128:SK=512"}},
+    {"backward", "cpu", 4, {{"QR", 5, {3, 4, 5, 6, 8}}, {"KB", 4, {16, 32, 64, 128}},
+                            {"VC", 4, {16, 32, 64, 128}}, {"CH", 4, {0, 2, 4, 8}}},
+     {"QR=4:KB=32:VC=32"}},
 };
 
-/* One op's inputs, its reference and timing shape. */
+/* One tensor of a work: an input (host data, float32 or int32), or an output (host NULL,
+ * poisoned with NaN), checked against ref within tol x scale when ref is set. */
 typedef struct {
-    int op, nin;
     int ndim;
-    size_t dims[4][4]; /* inputs, then the output */
-    float *in[3];
-    double *ref, *scale;
-    size_t out_n;
+    size_t dims[4];
+    clattn_dtype dt;
+    void *host;
+    double *ref, *scale, tol;
+} tspec;
+
+/* One op's tensors, its tune-file key (with the bucket of its head size) and timing shape. */
+typedef struct {
+    int op, nt;
+    tspec t[9];
+    char key[32], shape[64];
     double flops;
-    char shape[64];
 } work;
 
 typedef struct {
@@ -132,89 +150,196 @@ static double *to_double(const float *x, size_t n)
     return d;
 }
 
-/* The inputs and reference of op at the tuning shapes (or the --quick ones). */
+static tspec *spec(work *w, int ndim, size_t a, size_t b, size_t c, size_t d)
+{
+    tspec *t = &w->t[w->nt++];
+    size_t dims[4] = {a, b, c, d};
+    t->ndim = ndim;
+    t->dt = CLATTN_FLOAT32;
+    memcpy(t->dims, dims, sizeof dims);
+    return t;
+}
+
+static size_t numel_of(const tspec *t)
+{
+    return numel(t->dims, t->ndim);
+}
+
+/* Fills an input spec with uniform values in [-1, 1]; returns them. */
+static float *random_input(tspec *t)
+{
+    size_t n = numel_of(t);
+    float *x = xmalloc(n * 4);
+    for (size_t i = 0; i < n; i++)
+        x[i] = (float)uniform(-1, 1);
+    t->host = x;
+    return x;
+}
+
+static void checked(tspec *t, double tol)
+{
+    t->ref = xmalloc(numel_of(t) * 8);
+    t->scale = xmalloc(numel_of(t) * 8);
+    t->tol = tol;
+}
+
+static ref_mask plain_mask(int D0, int Q, int K)
+{
+    ref_mask m = {D0, 1, Q, K, NULL, 0, NULL, {0, 0, 0, 0}, 0, CLATTN_DEFAULT_FILL, 0, 0, 0, 0,
+                  NULL, {0, 0, 0, 0}, NULL, {0, 0}};
+    return m;
+}
+
+static void make_matmul(work *w, int quick)
+{
+    int n = quick ? 48 : 1024;
+    float *A = random_input(spec(w, 2, n, n, 0, 0)), *B = random_input(spec(w, 2, n, n, 0, 0));
+    tspec *C = spec(w, 2, n, n, 0, 0);
+    checked(C, OUT_TOL);
+    ref_matmul(1, n, n, n, A, 0, 0, B, 0, 0, 1, 0, NULL, C->ref, C->scale);
+    for (size_t i = 0; i < numel_of(C); i++) /* as clattn-check's matmul */
+        C->scale[i] = fmax(fabs(C->ref[i]), C->scale[i] / sqrt((double)n)) + 1e-30;
+    w->flops = 2.0 * n * n * n;
+    snprintf(w->shape, sizeof w->shape, "n=%d", n);
+}
+
+static void make_softmax(work *w, int quick)
+{
+    size_t rows = quick ? 8 : 4096, k = quick ? 67 : 1024;
+    float *x = random_input(spec(w, 3, 4, rows / 4, k, 0));
+    tspec *y = spec(w, 3, 4, rows / 4, k, 0);
+    checked(y, OUT_TOL);
+    ref_mask m = plain_mask(4, (int)(rows / 4), (int)k);
+    ref_masked_softmax(&m, x, y->ref);
+    for (size_t i = 0; i < numel_of(y); i++) /* a few ulp of each weight (test_softmax.c) */
+        y->scale[i] = fabs(y->ref[i]) * 0.1 + 1e-5;
+    w->flops = (double)rows * k; /* elements per second, as a rate */
+    snprintf(w->shape, sizeof w->shape, "%zu rows x %zu", rows, k);
+}
+
+/* Attention (h, n, d) and, with backward, its gradients from a random dout: Q, K, V, then O
+ * (attention), or dout, out, lse, dQ, dK, dV (backward; out and lse by the forward). */
+static void make_attention(work *w, int quick, int backward)
+{
+    size_t h = quick ? 2 : 8, n = quick ? 40 : 1024, d = quick ? 16 : 64, an = h * n * d;
+    float *qf = random_input(spec(w, 3, h, n, d, 0)), *kf = random_input(spec(w, 3, h, n, d, 0));
+    float *vf = random_input(spec(w, 3, h, n, d, 0));
+    double *q = to_double(qf, an), *k = to_double(kf, an), *v = to_double(vf, an);
+    ref_mask m = plain_mask((int)h, (int)n, (int)n);
+    double scale = 1.0 / sqrt((double)d), *wt = xmalloc(h * n * n * 8);
+    if (!backward) {
+        tspec *o = spec(w, 3, h, n, d, 0);
+        checked(o, OUT_TOL);
+        ref_attention(&m, (int)d, (int)d, q, k, v, scale, NULL, wt, o->ref);
+        ref_attention_scale(h, (int)n, (int)n, (int)d, wt, v, o->ref, o->scale);
+        w->flops = 4.0 * h * n * n * d;
+    } else {
+        double *dout = to_double(random_input(spec(w, 3, h, n, d, 0)), an);
+        spec(w, 3, h, n, d, 0);    /* out */
+        spec(w, 2, h, n, 0, 0);    /* lse */
+        tspec *g[3];
+        for (int i = 0; i < 3; i++) {
+            g[i] = spec(w, 3, h, n, d, 0);
+            checked(g[i], GRAD_TOL);
+        }
+        double *ds = xmalloc(h * n * n * 8), *sds = xmalloc(h * n * n * 8);
+        ref_attention_backward(&m, (int)d, (int)d, q, k, v, scale, NULL, dout, g[0]->ref,
+                               g[1]->ref, g[2]->ref, ds, g[0]->scale, g[1]->scale, g[2]->scale,
+                               sds);
+        for (int i = 0; i < 3; i++)
+            for (size_t e = 0; e < an; e++)
+                g[i]->scale[e] += 1e-30;
+        free(dout); free(ds); free(sds);
+        w->flops = 10.0 * h * n * n * d; /* FlashAttention-2's count of the backward */
+    }
+    snprintf(w->shape, sizeof w->shape, "H%zu N%zu d%zu", h, n, d);
+    snprintf(w->key, sizeof w->key, "%s@d%d", backward ? "backward" : "attention",
+             d <= 64 ? 64 : d <= 128 ? 128 : 256);
+    free(q); free(k); free(v); free(wt);
+}
+
+/* Decoding one new row per head over a full cache: Q (1, H, 1, d), caches (1, H, L, d), lens
+ * (1) = L, then out (1, H, 1, d). */
+static void make_decode(work *w, int quick)
+{
+    size_t h = quick ? 2 : 8, L = quick ? 64 : 4096, d = quick ? 16 : 128;
+    float *qf = random_input(spec(w, 4, 1, h, 1, d)), *kf = random_input(spec(w, 4, 1, h, L, d));
+    float *vf = random_input(spec(w, 4, 1, h, L, d));
+    tspec *lens = spec(w, 1, 1, 0, 0, 0);
+    int *len = xmalloc(sizeof *len);
+    *len = (int)L;
+    lens->dt = CLATTN_INT32;
+    lens->host = len;
+    tspec *o = spec(w, 4, 1, h, 1, d);
+    checked(o, OUT_TOL);
+    double *q = to_double(qf, h * d), *k = to_double(kf, h * L * d), *v = to_double(vf, h * L * d);
+    double *wt = xmalloc(h * L * 8);
+    ref_mask m = plain_mask((int)h, 1, (int)L);
+    ref_attention(&m, (int)d, (int)d, q, k, v, 1.0 / sqrt((double)d), NULL, wt, o->ref);
+    ref_attention_scale(h, 1, (int)L, (int)d, wt, v, o->ref, o->scale);
+    free(q); free(k); free(v); free(wt);
+    w->flops = 8.0 * h * L * d; /* bytes of K and V streamed, as a rate (GB/s) */
+    snprintf(w->shape, sizeof w->shape, "H%zu cache %zu d%zu", h, L, d);
+    snprintf(w->key, sizeof w->key, "decode@d%d", d <= 64 ? 64 : d <= 128 ? 128 : 256);
+}
+
+/* The tensors and reference of op at the tuning shapes (or the --quick ones). */
 static void make_work(work *w, int op, int quick)
 {
     memset(w, 0, sizeof *w);
     w->op = op;
-    w->ndim = op == MATMUL ? 2 : 3;
-    if (op == MATMUL) {
-        int n = quick ? 48 : 1024;
-        w->nin = 2;
-        for (int i = 0; i < 3; i++)
-            w->dims[i][0] = w->dims[i][1] = (size_t)n;
-        w->flops = 2.0 * n * n * n;
-        snprintf(w->shape, sizeof w->shape, "n=%d", n);
-    } else if (op == SOFTMAX) {
-        size_t rows = quick ? 8 : 4096, k = quick ? 67 : 1024;
-        w->nin = 1;
-        for (int i = 0; i < 2; i++) {
-            w->dims[i][0] = 4;
-            w->dims[i][1] = rows / 4;
-            w->dims[i][2] = k;
-        }
-        w->flops = (double)rows * k; /* elements per second, as a rate */
-        snprintf(w->shape, sizeof w->shape, "%zu rows x %zu", rows, k);
-    } else {
-        size_t h = quick ? 2 : 8, n = quick ? 40 : 1024, d = quick ? 16 : 64;
-        w->nin = 3;
-        for (int i = 0; i < 4; i++) {
-            w->dims[i][0] = h;
-            w->dims[i][1] = n;
-            w->dims[i][2] = d;
-        }
-        w->flops = 4.0 * h * n * n * d;
-        snprintf(w->shape, sizeof w->shape, "H%zu N%zu d%zu", h, n, d);
-    }
-    for (int i = 0; i < w->nin; i++) {
-        size_t n = numel(w->dims[i], w->ndim);
-        w->in[i] = xmalloc(n * 4);
-        for (size_t j = 0; j < n; j++)
-            w->in[i][j] = (float)uniform(-1, 1);
-    }
-    w->out_n = numel(w->dims[w->nin], w->ndim);
-    w->ref = xmalloc(w->out_n * 8);
-    w->scale = xmalloc(w->out_n * 8);
-    if (op == MATMUL) {
-        int n = (int)w->dims[0][0];
-        ref_matmul(1, n, n, n, w->in[0], 0, 0, w->in[1], 0, 0, 1, 0, NULL, w->ref, w->scale);
-        for (size_t i = 0; i < w->out_n; i++) /* as clattn-check's matmul */
-            w->scale[i] = fmax(fabs(w->ref[i]), w->scale[i] / sqrt((double)n)) + 1e-30;
-    } else if (op == SOFTMAX) {
-        ref_mask m = {4, 1, (int)w->dims[0][1], (int)w->dims[0][2], NULL, 0, NULL, {0, 0, 0, 0},
-                      0, CLATTN_DEFAULT_FILL, 0, 0, 0, 0, NULL, {0, 0, 0, 0}, NULL, {0, 0}};
-        ref_masked_softmax(&m, w->in[0], w->ref);
-        for (size_t i = 0; i < w->out_n; i++) /* a few ulp of each weight (test_softmax.c) */
-            w->scale[i] = fabs(w->ref[i]) * 0.1 + 1e-5;
-    } else {
-        int h = (int)w->dims[0][0], n = (int)w->dims[0][1], d = (int)w->dims[0][2];
-        ref_mask m = {h, 1, n, n, NULL, 0, NULL, {0, 0, 0, 0}, 0, CLATTN_DEFAULT_FILL, 0, 0, 0,
-                      0, NULL, {0, 0, 0, 0}, NULL, {0, 0}};
-        size_t an = (size_t)h * n * d;
-        double *q = to_double(w->in[0], an), *k = to_double(w->in[1], an);
-        double *v = to_double(w->in[2], an);
-        double *wt = xmalloc((size_t)h * n * n * 8);
-        ref_attention(&m, d, d, q, k, v, 1.0 / sqrt((double)d), NULL, wt, w->ref);
-        ref_attention_scale((size_t)h, n, n, d, wt, v, w->ref, w->scale);
-        free(q); free(k); free(v); free(wt);
-    }
+    snprintf(w->key, sizeof w->key, "%s", op_names[op]);
+    if (op == MATMUL)
+        make_matmul(w, quick);
+    else if (op == SOFTMAX)
+        make_softmax(w, quick);
+    else if (op == ATTENTION || op == BACKWARD)
+        make_attention(w, quick, op == BACKWARD);
+    else
+        make_decode(w, quick);
 }
 
 static void free_work(work *w)
 {
-    for (int i = 0; i < w->nin; i++)
-        free(w->in[i]);
-    free(w->ref);
-    free(w->scale);
+    for (int i = 0; i < w->nt; i++) {
+        free(w->t[i].host);
+        free(w->t[i].ref);
+        free(w->t[i].scale);
+    }
+}
+
+/* The backward's forward: out and lse for its Q, K, V (once per context). */
+static int prepare(clattn_context *ctx, const work *w, clattn_tensor *t)
+{
+    clattn_attention_opts o;
+    if (w->op != BACKWARD)
+        return 1;
+    memset(&o, 0, sizeof o);
+    o.lse = &t[5];
+    return clattn_dot_product_attention(ctx, &t[0], &t[1], &t[2], &o, &t[4], NULL) ==
+           CLATTN_SUCCESS;
 }
 
 static int run_op(clattn_context *ctx, const work *w, clattn_tensor *t)
 {
-    clattn_status st = w->op == MATMUL
-        ? clattn_matmul(ctx, &t[0], 0, &t[1], 0, 1.0f, 0.0f, &t[2])
-        : w->op == SOFTMAX ? clattn_masked_softmax(ctx, &t[0], NULL, &t[1])
-                           : clattn_dot_product_attention(ctx, &t[0], &t[1], &t[2], NULL, &t[3],
-                                                          NULL);
+    clattn_status st = CLATTN_ERROR_INVALID_ARGUMENT;
+    if (w->op == MATMUL) {
+        st = clattn_matmul(ctx, &t[0], 0, &t[1], 0, 1.0f, 0.0f, &t[2]);
+    } else if (w->op == SOFTMAX) {
+        st = clattn_masked_softmax(ctx, &t[0], NULL, &t[1]);
+    } else if (w->op == ATTENTION) {
+        st = clattn_dot_product_attention(ctx, &t[0], &t[1], &t[2], NULL, &t[3], NULL);
+    } else if (w->op == DECODE) {
+        clattn_kv_cache c = {&t[1], &t[2], &t[3], NULL, NULL, 0};
+        st = clattn_decode_attention(ctx, &t[0], &c, NULL, &t[4]);
+    } else {
+        clattn_attention_opts o;
+        clattn_attention_grads g = {&t[6], &t[7], &t[8], NULL};
+        memset(&o, 0, sizeof o);
+        o.lse = &t[5];
+        st = clattn_dot_product_attention_backward(ctx, &t[0], &t[1], &t[2], &o, &t[4], &t[3],
+                                                   &g);
+    }
     return st == CLATTN_SUCCESS;
 }
 
@@ -250,7 +375,7 @@ static double measure(const settings *s, const work *w, const char *entry, int a
              !alone && s->kept[0] ? "," : "", entry);
     clattn_params p;
     clattn_context *ctx = NULL;
-    clattn_tensor t[4];
+    clattn_tensor t[9];
     double secs = -1, worst = 0;
     int made = 0;
     memset(&p, 0, sizeof p);
@@ -263,28 +388,37 @@ static double measure(const settings *s, const work *w, const char *entry, int a
         snprintf(why, n, "refused: %.900s", clattn_last_error(NULL));
         return -1;
     }
-    for (made = 0; made <= w->nin; made++)
-        if (clattn_tensor_create(ctx, CLATTN_FLOAT32, w->ndim, w->dims[made],
-                                 made < w->nin ? w->in[made] : NULL, &t[made]) != CLATTN_SUCCESS)
+    for (made = 0; made < w->nt; made++) {
+        const tspec *ts = &w->t[made];
+        if (clattn_tensor_create(ctx, ts->dt, ts->ndim, ts->dims, ts->host, &t[made]) !=
+                CLATTN_SUCCESS ||
+            (!ts->host && clattn_tensor_fill(ctx, &t[made], NAN) != CLATTN_SUCCESS))
             break;
-    float *got = xmalloc(w->out_n * 4);
-    if (made <= w->nin || clattn_tensor_fill(ctx, &t[w->nin], NAN) != CLATTN_SUCCESS ||
-        !run_op(ctx, w, t) ||
-        clattn_tensor_read_blocking(ctx, &t[w->nin], got) != CLATTN_SUCCESS) {
+    }
+    if (made < w->nt || !prepare(ctx, w, t) || !run_op(ctx, w, t)) {
         snprintf(why, n, "failed: %.900s", clattn_last_error(ctx));
     } else {
-        for (size_t i = 0; i < w->out_n; i++) {
-            double e = isfinite(got[i]) ? fabs(got[i] - w->ref[i]) / w->scale[i] : INFINITY;
-            worst = e > worst ? e : worst;
+        for (int i = 0; i < w->nt && worst <= 1; i++) {
+            const tspec *ts = &w->t[i];
+            size_t cnt = numel_of(ts);
+            if (!ts->ref)
+                continue;
+            float *got = xmalloc(cnt * 4);
+            if (clattn_tensor_read_blocking(ctx, &t[i], got) != CLATTN_SUCCESS)
+                worst = INFINITY;
+            for (size_t e = 0; e < cnt; e++) {
+                double x = isfinite(got[e]) ? fabs(got[e] - ts->ref[e]) / ts->scale[e] / ts->tol
+                                            : INFINITY;
+                worst = x > worst ? x : worst;
+            }
+            free(got);
         }
-        if (worst > OUT_TOL)
-            snprintf(why, n, "WRONG: error %.3g x the scale (tolerance %g): please report", worst,
-                     OUT_TOL);
+        if (worst > 1)
+            snprintf(why, n, "WRONG: error %.3g x the tolerance: please report", worst);
         else if ((secs = median_time(ctx, w, t)) < 0)
             snprintf(why, n, "failed: %.900s", clattn_last_error(ctx));
     }
-    free(got);
-    for (int i = 0; i < made && i <= w->nin; i++)
+    for (int i = 0; i < made && i < w->nt; i++)
         clattn_tensor_release(&t[i]);
     clattn_context_destroy(&ctx);
     return secs;
@@ -354,14 +488,14 @@ static void report(const work *w, const char *entry, double t, double best, cons
 
 /* 1 when candidate cand (measured t) still beats the current best when both are timed again,
  * alternately: a machine's noise must not walk the search. Updates the best's time. */
-static int beats(const settings *s, const work *w, int op, const char *cand, double t,
+static int beats(const settings *s, const work *w, const char *cand, double t,
                  outcome *o)
 {
     char a[640], b[640], why[1024];
     if (!(t > 0 && t < KEEP * o->best_s))
         return 0;
-    entry_of(a, sizeof a, op_keys[op], o->best);
-    entry_of(b, sizeof b, op_keys[op], cand);
+    entry_of(a, sizeof a, w->key, o->best);
+    entry_of(b, sizeof b, w->key, cand);
     double tb = measure(s, w, a, 0, why, sizeof why), tc = measure(s, w, b, 0, why, sizeof why);
     o->best_s = tb > 0 && tb < o->best_s ? tb : o->best_s;
     t = tc > 0 && tc < t ? tc : t;
@@ -401,16 +535,16 @@ static void search(const settings *s, const work *w, int op, double share_end, o
             p += strcspn(p, ":");
             p += *p == ':';
         }
-        entry_of(entry, sizeof entry, op_keys[op], seed);
+        entry_of(entry, sizeof entry, w->key, seed);
         double t = measure(s, w, entry, 0, why, sizeof why);
         report(w, entry, t, o->best_s, why);
-        beats(s, w, op, seed, t, o);
+        beats(s, w, seed, t, o);
     }
-    if (op == ATTENTION) { /* the unfused chain: a different algorithm, one candidate */
-        entry_of(entry, sizeof entry, op_keys[op], "unfused");
+    if (op == ATTENTION || op == BACKWARD) { /* the unfused chain: another algorithm */
+        entry_of(entry, sizeof entry, w->key, "unfused");
         double t = measure(s, w, entry, 0, why, sizeof why);
         report(w, entry, t, o->best_s, why);
-        beats(s, w, op, "unfused", t, o);
+        beats(s, w, "unfused", t, o);
     }
     for (int changed = 1, pass = 0; changed && pass < 3 && !over_budget(s, share_end); pass++) {
         changed = 0;
@@ -424,22 +558,22 @@ static void search(const settings *s, const work *w, int op, double share_end, o
                 if (gp->values[vi] == cur || cur < 0)
                     continue;
                 with_param(cand, sizeof cand, base, gp->name, gp->values[vi]);
-                entry_of(entry, sizeof entry, op_keys[op], cand);
+                entry_of(entry, sizeof entry, w->key, cand);
                 double t = measure(s, w, entry, 0, why, sizeof why);
                 report(w, entry, t, o->best_s, why);
-                changed |= beats(s, w, op, cand, t, o);
+                changed |= beats(s, w, cand, t, o);
             }
         }
     }
 }
 
 /* The best of three medians of each, alternating, so both see the same machine. */
-static void confirm(const settings *s, const work *w, int op, outcome *o)
+static void confirm(const settings *s, const work *w, outcome *o)
 {
     char a[640], b[640], why[1024];
     double ta = INFINITY, tb = INFINITY;
-    entry_of(a, sizeof a, op_keys[op], o->table);
-    entry_of(b, sizeof b, op_keys[op], o->best);
+    entry_of(a, sizeof a, w->key, o->table);
+    entry_of(b, sizeof b, w->key, o->best);
     for (int r = 0; r < 3; r++) {
         double x = measure(s, w, a, 1, why, sizeof why), y = measure(s, w, b, 0, why, sizeof why);
         ta = x > 0 && x < ta ? x : ta;
@@ -498,7 +632,7 @@ static void key_lines(clattn_context *ctx, char *out, size_t n)
 static int usage(const char *msg)
 {
     fprintf(stderr, "clattn-tune: %s\nusage: clattn-tune [--device SPEC] [--budget SECONDS] "
-            "[--ops matmul,softmax,attention] [--out FILE] [--quick]\n", msg);
+            "[--ops matmul,softmax,attention,decode,backward] [--out FILE] [--quick]\n", msg);
     return 2;
 }
 
@@ -508,8 +642,8 @@ int main(int argc, char **argv)
     memset(&s, 0, sizeof s);
     s.budget = 600;
     setvbuf(stdout, NULL, _IOLBF, 0); /* progress, line by line, also into a log file */
-    const char *out = NULL, *ops = "matmul,softmax,attention";
-    int want[NOPS] = {0, 0, 0};
+    const char *out = NULL, *ops = "matmul,softmax,attention,decode,backward";
+    int want[NOPS] = {0};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         char *end = NULL;
@@ -542,7 +676,7 @@ int main(int argc, char **argv)
                 found = want[o] = 1;
         if (!found) {
             fprintf(stderr, "clattn-tune: --ops: unknown op '%.*s' (tunable: matmul, softmax, "
-                    "attention)\n", (int)n, p);
+                    "attention, decode, backward)\n", (int)n, p);
             return 2;
         }
         p += n + (p[n] == ',');
@@ -573,16 +707,18 @@ int main(int argc, char **argv)
     s.start = now();
     size_t used = (size_t)snprintf(text, sizeof text, "clattn-tune 1\n%s", keys);
     outcome res[NOPS];
-    int nwant = want[0] + want[1] + want[2], done = 0;
+    int nwant = 0, done = 0;
+    for (int op = 0; op < NOPS; op++)
+        nwant += want[op];
     for (int op = 0; op < NOPS; op++) {
         if (!want[op])
             continue;
         work w;
         make_work(&w, op, s.quick);
         outcome *o = &res[op];
-        clattn_context_tuning(ctx, op_keys[op], o->table, sizeof o->table);
+        clattn_context_tuning(ctx, w.key, o->table, sizeof o->table);
         char entry[640];
-        entry_of(entry, sizeof entry, op_keys[op], o->table);
+        entry_of(entry, sizeof entry, w.key, o->table);
         printf("%s (%s), table: %s\n", op_names[op], w.shape, entry);
         o->table_s = measure(&s, &w, entry, 1, why, sizeof why);
         if (o->table_s < 0) {
@@ -595,7 +731,7 @@ int main(int argc, char **argv)
         search(&s, &w, op, now() + left / (nwant - done), o);
         done++;
         if (strcmp(o->best, o->table) != 0)
-            confirm(&s, &w, op, o);
+            confirm(&s, &w, o);
         else /* the search timed the table's choice again: the best figure of the same thing */
             o->table_s = o->best_s = fmin(o->table_s, o->best_s);
         double ratio = o->table_s / o->best_s;
@@ -607,10 +743,10 @@ int main(int argc, char **argv)
                                  op_names[op], w.shape, o->table, 1e3 * o->table_s,
                                  1e3 * o->best_s, ratio);
         if (keep) {
-            used += (size_t)snprintf(text + used, sizeof text - used, "%s=%s\n", op_keys[op],
+            used += (size_t)snprintf(text + used, sizeof text - used, "%s=%s\n", w.key,
                                      o->best);
             size_t k = strlen(s.kept);
-            snprintf(s.kept + k, sizeof s.kept - k, "%s%s=%s", k ? "," : "", op_keys[op], o->best);
+            snprintf(s.kept + k, sizeof s.kept - k, "%s%s=%s", k ? "," : "", w.key, o->best);
         }
         free_work(&w);
     }
