@@ -183,7 +183,8 @@ CLATTN_API const char *clattn_context_tune_path(const clattn_context *ctx);
 CLATTN_API const char *clattn_context_tune_note(const clattn_context *ctx);
 /* The kernel variant and parameters this context runs op with, in CLATTN_TUNE's entry syntax
  * ("cpu:QR=5:KB=64:..."), from the override, the tune file or the table; op is one of matmul,
- * softmax, attention, decode, backward, optionally with a tune-file bucket ("attention@d128").
+ * softmax, attention, decode, backward, optionally with a bucket ("attention@d128",
+ * "matmul@small"; README, Tuning a device).
  * CLATTN_ERROR_INVALID_ARGUMENT for an unknown op or bucket, or a buffer too small. */
 CLATTN_API clattn_status clattn_context_tuning(clattn_context *ctx, const char *op, char *buf,
                                                size_t size);

@@ -100,11 +100,20 @@ static void test_entries_in_use(void **state)
     (void)state;
     char path[300], text[4096];
     snprintf(path, sizeof path, "%s/good.txt", dir);
-    snprintf(text, sizeof text, "clattn-tune 1\n# a comment\n%s\nmatmul=%s\r\nattention@d128=%s\n",
-             keys, mm_entry, att_entry);
+    snprintf(text, sizeof text, "clattn-tune 1\n# a comment\n%s\nmatmul@small=%s\r\n"
+             "attention@d128=%s\n", keys, mm_entry, att_entry);
     write_text(path, text);
     clattn_context *c = open_ctx(path, NULL, NULL);
     assert_note(c, "2 entries in use");
+    assert_choice(c, "matmul@small", mm_entry);
+    assert_choice(c, "matmul", mm_table); /* larger GEMMs: no entry, the table */
+    clattn_context_destroy(&c);
+    snprintf(text, sizeof text, "clattn-tune 1\n%smatmul=%s\nattention@d128=%s\n", keys,
+             mm_entry, att_entry);
+    write_text(path, text);
+    c = open_ctx(path, NULL, NULL);
+    assert_note(c, "2 entries in use");
+    assert_choice(c, "matmul@small", mm_entry); /* an unkeyed entry serves every bucket */
     assert_string_equal(clattn_context_tune_path(c), path);
     assert_choice(c, "matmul", mm_entry);
     assert_choice(c, "attention@d128", att_entry);
@@ -132,6 +141,7 @@ static void test_bad_files_ignored(void **state)
         {"clattn-tune 1\n", "matmul=nosuch", "no variant"},
         {"clattn-tune 1\n", "nosuchop=cpu", "nosuchop"},
         {"clattn-tune 1\n", "matmul@d64=cpu", "no bucket"},
+        {"clattn-tune 1\n", "softmax@small=cpu", "no bucket"},
         {"clattn-tune 1\n", "attention@d32=cpu", "no bucket"},
         {"clattn-tune 1\n", "softmax=cpu:VW=12", "VW"},
         {"clattn-tune 1\n", "just words", "not op"},

@@ -3,9 +3,9 @@
  * a device), which every later context on that device reads.
  *
  *   clattn-tune [--device SPEC] [--budget SECONDS] [--ops LIST] [--out FILE] [--quick]
- *   LIST: matmul,softmax,attention,decode,backward (the default: all)
+ *   LIST: matmul,matmul@small,softmax,attention,decode,backward (the default: all)
  *
- * For each op (matmul n = 1024; softmax 4096 x 1024; attention: the fused kernel, 8 heads, N 1024,
+ * For each op (matmul n = 1024; matmul@small 8 x 256x256x64; softmax 4096 x 1024; attention: the fused kernel, 8 heads, N 1024,
  * head size 64; decode: one new row per head over a 4096-key cache, 8 heads, head size 128;
  * backward: the fused backward of that attention, given its out and LSE) it starts from the
  * table's choice (plus a few seeds) and walks the variant's parameters one at a time over a grid
@@ -32,9 +32,11 @@
 #include <time.h>
 #include <unistd.h>
 
-enum { MATMUL, SOFTMAX, ATTENTION, DECODE, BACKWARD, NOPS };
-static const char *const op_names[NOPS] = {"matmul", "softmax", "attention", "decode",
-                                           "backward"};
+/* In tuning order (later ops run with the entries kept before them). matmul@small: the GEMMs of
+ * up to 2^24 products per batch (multi-head projections of short sequences, per-head GEMMs). */
+enum { MATMUL, MATMUL_SMALL, SOFTMAX, ATTENTION, DECODE, BACKWARD, NOPS };
+static const char *const op_names[NOPS] = {"matmul", "matmul@small", "softmax", "attention",
+                                           "decode", "backward"};
 
 #define OUT_TOL 1e-4  /* as tests/test_attention.c and clattn-check: relative to the error scale */
 #define GRAD_TOL 1e-5 /* as tests/test_backward.c: relative to ref_attention_backward's scales */
@@ -190,17 +192,20 @@ static ref_mask plain_mask(int D0, int Q, int K)
     return m;
 }
 
-static void make_matmul(work *w, int quick)
+/* C (nb, m, n) = A (nb, m, k) B (nb, k, n); the small bucket's shape: 8 batches of
+ * 256 x 256 x 64 (a projection's or a head's GEMM). */
+static void make_matmul(work *w, int quick, int small)
 {
-    int n = quick ? 48 : 1024;
-    float *A = random_input(spec(w, 2, n, n, 0, 0)), *B = random_input(spec(w, 2, n, n, 0, 0));
-    tspec *C = spec(w, 2, n, n, 0, 0);
+    int nb = small ? 8 : 1, m = quick ? 48 : small ? 256 : 1024, k = small && !quick ? 64 : m;
+    float *A = random_input(spec(w, 3, nb, m, k, 0)), *B = random_input(spec(w, 3, nb, k, m, 0));
+    tspec *C = spec(w, 3, nb, m, m, 0);
     checked(C, OUT_TOL);
-    ref_matmul(1, n, n, n, A, 0, 0, B, 0, 0, 1, 0, NULL, C->ref, C->scale);
+    ref_matmul(nb, m, m, k, A, (size_t)m * k, 0, B, (size_t)k * m, 0, 1, 0, NULL, C->ref,
+               C->scale);
     for (size_t i = 0; i < numel_of(C); i++) /* as clattn-check's matmul */
-        C->scale[i] = fmax(fabs(C->ref[i]), C->scale[i] / sqrt((double)n)) + 1e-30;
-    w->flops = 2.0 * n * n * n;
-    snprintf(w->shape, sizeof w->shape, "n=%d", n);
+        C->scale[i] = fmax(fabs(C->ref[i]), C->scale[i] / sqrt((double)k)) + 1e-30;
+    w->flops = 2.0 * nb * m * m * k;
+    snprintf(w->shape, sizeof w->shape, "%d x %dx%dx%d", nb, m, m, k);
 }
 
 static void make_softmax(work *w, int quick)
@@ -289,8 +294,8 @@ static void make_work(work *w, int op, int quick)
     memset(w, 0, sizeof *w);
     w->op = op;
     snprintf(w->key, sizeof w->key, "%s", op_names[op]);
-    if (op == MATMUL)
-        make_matmul(w, quick);
+    if (op == MATMUL || op == MATMUL_SMALL)
+        make_matmul(w, quick, op == MATMUL_SMALL);
     else if (op == SOFTMAX)
         make_softmax(w, quick);
     else if (op == ATTENTION || op == BACKWARD)
@@ -323,7 +328,7 @@ static int prepare(clattn_context *ctx, const work *w, clattn_tensor *t)
 static int run_op(clattn_context *ctx, const work *w, clattn_tensor *t)
 {
     clattn_status st = CLATTN_ERROR_INVALID_ARGUMENT;
-    if (w->op == MATMUL) {
+    if (w->op == MATMUL || w->op == MATMUL_SMALL) {
         st = clattn_matmul(ctx, &t[0], 0, &t[1], 0, 1.0f, 0.0f, &t[2]);
     } else if (w->op == SOFTMAX) {
         st = clattn_masked_softmax(ctx, &t[0], NULL, &t[1]);
@@ -514,7 +519,7 @@ static void search(const settings *s, const work *w, int op, double share_end, o
     copy(o->best, sizeof o->best, o->table);
     o->best_s = o->table_s;
     for (size_t i = 0; i < sizeof grids / sizeof grids[0]; i++)
-        if (strcmp(grids[i].op, op_names[op]) == 0 &&
+        if (strncmp(grids[i].op, op_names[op], strlen(grids[i].op)) == 0 &&
             strncmp(grids[i].variant, o->table, strlen(grids[i].variant)) == 0 &&
             o->table[strlen(grids[i].variant)] == ':')
             g = &grids[i];
@@ -632,7 +637,8 @@ static void key_lines(clattn_context *ctx, char *out, size_t n)
 static int usage(const char *msg)
 {
     fprintf(stderr, "clattn-tune: %s\nusage: clattn-tune [--device SPEC] [--budget SECONDS] "
-            "[--ops matmul,softmax,attention,decode,backward] [--out FILE] [--quick]\n", msg);
+            "[--ops matmul,matmul@small,softmax,attention,decode,backward] [--out FILE] "
+            "[--quick]\n", msg);
     return 2;
 }
 
@@ -642,7 +648,7 @@ int main(int argc, char **argv)
     memset(&s, 0, sizeof s);
     s.budget = 600;
     setvbuf(stdout, NULL, _IOLBF, 0); /* progress, line by line, also into a log file */
-    const char *out = NULL, *ops = "matmul,softmax,attention,decode,backward";
+    const char *out = NULL, *ops = "matmul,matmul@small,softmax,attention,decode,backward";
     int want[NOPS] = {0};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -676,7 +682,7 @@ int main(int argc, char **argv)
                 found = want[o] = 1;
         if (!found) {
             fprintf(stderr, "clattn-tune: --ops: unknown op '%.*s' (tunable: matmul, softmax, "
-                    "attention, decode, backward)\n", (int)n, p);
+                    "attention, decode, backward, matmul@small)\n", (int)n, p);
             return 2;
         }
         p += n + (p[n] == ',');

@@ -356,7 +356,8 @@ clattn_status clattn__enqueue_matmul(clattn_context *ctx, const clattn_tensor *A
     const clattn_tensor *ts[2] = {C, bias};
     const int load[2] = {beta != 0.0f, 1};
     clattn_tensor t32[2];
-    CHECK_ST(clattn__tune(ctx, "matmul", &tune));
+    CHECK_ST(clattn__tune_bucket(ctx, "matmul", clattn__gemm_bucket(a.rows, b.cols, a.cols),
+                                 &tune));
     CHECK_ST(clattn__cast_in(ctx, ts, load, 2, t32));
     if (strcmp(tune.variant, "gpu") == 0)
         CHECK_ST(enqueue_tiled(ctx, &tune, A, a, B, b, alpha, beta, bias ? &t32[1] : NULL,

@@ -276,6 +276,8 @@ clattn_status clattn__tune_bucket(clattn_context *ctx, const char *op, const cha
                                   clattn_tuning *out);
 /* The bucket of the fused kernels' head size d (the larger of d and dv): "d64", "d128", "d256". */
 const char *clattn__head_bucket(size_t d);
+/* The bucket of a GEMM of m x n x k products per batch: "small" up to 2^24 (256^3), else NULL. */
+const char *clattn__gemm_bucket(double m, double n, double k);
 /* 1 when op takes bucket in a tune file (op@bucket=...). */
 int clattn__bucket_known(const char *op, const char *bucket);
 /* Reads the tune file at context creation (tunefile.c); never fails the context. */

@@ -590,13 +590,20 @@ const char *clattn__head_bucket(size_t d)
     return d <= 64 ? "d64" : d <= 128 ? "d128" : "d256";
 }
 
-/* The ops whose tune-file entries may be keyed by head size (the fused kernels'). */
+const char *clattn__gemm_bucket(double m, double n, double k)
+{
+    return m * n * k <= 16777216.0 ? "small" : NULL;
+}
+
+/* The buckets an entry may be keyed by: the fused kernels' head sizes, and small GEMMs. */
 int clattn__bucket_known(const char *op, const char *bucket)
 {
     static const char *const ops[] = {"attention", "decode", "backward"};
     int known_op = 0;
     for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++)
         known_op |= strcmp(op, ops[i]) == 0;
+    if (strcmp(op, "matmul") == 0)
+        return strcmp(bucket, "small") == 0;
     return known_op && (strcmp(bucket, "d64") == 0 || strcmp(bucket, "d128") == 0 ||
                         strcmp(bucket, "d256") == 0);
 }
@@ -670,7 +677,8 @@ clattn_status clattn_context_tuning(clattn_context *ctx, const char *op, char *b
     if (at)
         *at++ = '\0';
     CHECK(ctx, !at || clattn__bucket_known(name, at), CLATTN_ERROR_INVALID_ARGUMENT,
-          "op: %s has no bucket '%s' (attention, decode and backward take d64, d128, d256)",
+          "op: %s has no bucket '%s' (attention, decode and backward take d64, d128, d256; "
+          "matmul takes small)",
           name, at ? at : "");
     CHECK_ST(clattn__tune_bucket(ctx, name, at, &t));
     size_t used = (size_t)snprintf(buf, size, "%s", t.variant);
@@ -706,7 +714,7 @@ clattn_status clattn__check_tuning(clattn_context *ctx)
             *at++ = '\0';
         CHECK(ctx, !at || clattn__bucket_known(op, at), CLATTN_ERROR_INVALID_ARGUMENT,
               "tuning: op %s has no bucket '%s' (attention, decode and backward take d64, d128, "
-              "d256)", op, at);
+              "d256; matmul takes small)", op, at);
         CHECK_ST(clattn__tune_bucket(ctx, op, at, &t));
         if (!comma)
             break;
