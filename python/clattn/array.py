@@ -60,6 +60,20 @@ def _shape(shape, name="shape"):
     return shape
 
 
+class _Buffer:
+    """Owns one cl_mem: released when the last Array over it (the owner or a view) is gone, so a
+    view never outlives its memory, whatever release() was called."""
+
+    def __init__(self, tensor):
+        self.t = _lib.Tensor.from_buffer_copy(tensor)
+
+    def __del__(self):
+        try:
+            lib.clattn_tensor_release(ctypes.byref(self.t))
+        except Exception:  # interpreter shutdown
+            pass
+
+
 class Array:
     """A tensor in device memory: shape (1 to 4 dims), dtype (float32, float16, bfloat16,
     int32), row-major. Made by Context.array / empty / full, returned by the ops, or wrapping a
@@ -68,8 +82,10 @@ class Array:
     def __init__(self, ctx, tensor, owner, base=None):
         self.context = ctx
         self._t = tensor
-        self._owner = owner
-        self._base = base  # what keeps a view's buffer alive
+        # What keeps the buffer alive: its _Buffer (an owner's, or shared by a view of an Array),
+        # or the pyopencl object a view wraps.
+        self._base = (_Buffer(tensor) if owner else base._base if isinstance(base, Array)
+                      else base)
 
     # ---- description ----
     @property
@@ -182,7 +198,8 @@ class Array:
 
     def __getitem__(self, key):
         """Views along the first dim: a[i] (one fewer dim) or a[i:j] (contiguous slices)."""
-        rows, row_size = self.shape[0], self.size // self.shape[0]
+        rows = self.tensor.dims[0]
+        row_size = self.size // rows
         if isinstance(key, slice):
             start, stop, step = key.indices(rows)
             if step != 1 or stop <= start:
@@ -238,18 +255,10 @@ class Array:
 
     # ---- lifetime ----
     def release(self):
-        """Frees the buffer now (an owning array) or drops the view. OpenCL keeps the memory
-        until enqueued work using it has run."""
-        if self._owner and self._t.buf:
-            lib.clattn_tensor_release(ctypes.byref(self._t))
+        """Drops this Array's hold on its buffer: the memory is freed once no Array over it (an
+        owner or a view) holds it, and OpenCL keeps it until enqueued work using it has run."""
         self._t = _lib.Tensor()
         self._base = None
-
-    def __del__(self):
-        try:
-            self.release()
-        except Exception:  # interpreter shutdown
-            pass
 
 
 def empty(ctx, shape, dtype="float32"):

@@ -60,7 +60,7 @@ def dot_product_attention(queries, keys, values, valid_lens=None, *, mask=None, 
     out (.., Q, dv); with need_weights also the weights before dropout (.., Q, K) (the unfused
     path), with need_lse also each row's float32 log-sum-exp (.., Q): (out, weights, lse) in that
     order. dropout_p > 0 drops with clattn's Philox stream keyed by (seed, offset)."""
-    c = Call(ctx, queries, keys, values, valid_lens, mask, out)
+    c = Call(ctx, queries, keys, values, valid_lens, mask, out, bias, alibi_slopes)
     Q = _shape(c, queries, "queries", 2)
     K = _shape(c, keys, "keys", 2)
     V = _shape(c, values, "values", 2)
@@ -88,7 +88,7 @@ def dot_product_attention_backward(queries, keys, values, dout, valid_lens=None,
     (.., Q, dv). Given the forward's out and lse (need_lse=True), the fused backward runs where
     the device has it. need: which of "dq", "dk", "dv" to compute (the others come back None).
     float32."""
-    c = Call(ctx, queries, keys, values, dout, valid_lens, mask)
+    c = Call(ctx, queries, keys, values, dout, valid_lens, mask, out, lse, bias, alibi_slopes)
     Q = _shape(c, queries, "queries", 2)
     K = _shape(c, keys, "keys", 2)
     V = _shape(c, values, "values", 2)
@@ -152,12 +152,13 @@ def multihead_attention(queries, keys, values, num_heads, W_q, W_k, W_v, W_o, b_
     (B, H, Q, K), with need_saved also what multihead_attention_backward(saved=) reads instead of
     running the forward again (a float32 Array of clattn_mha_saved_numel elements), in that
     order."""
-    c = Call(ctx, queries, keys, values, W_q, valid_lens, mask, out)
+    c = Call(ctx, queries, keys, values, W_q, W_k, W_v, W_o, b_q, b_k, b_v, b_o, valid_lens,
+             mask, out, bias, alibi_slopes)
     q = _shape(c, queries, "queries", 3, 3)
     k = _shape(c, keys, "keys", 3, 3)
     v = _shape(c, values, "values", 3, 3)
+    W_o = c.array(W_o, "W_o")  # uploaded once: mha_weights takes the Array
     w = mha_weights(c, num_heads, W_q, W_k, W_v, W_o, b_q, b_k, b_v, b_o, num_kv_heads)
-    W_o = c.array(W_o, "W_o")
     if W_o.ndim != 2:
         raise ValueError(f"W_o: expected (out_size, hidden), got shape {W_o.shape}")
     m = c.mask(valid_lens, mask, causal, fill, align, window)
@@ -203,7 +204,8 @@ def multihead_attention_backward(queries, keys, values, dout, num_heads, W_q, W_
     biases given, db_q, db_k, db_v, db_o (need: the names wanted; default all). saved: the
     forward's need_saved Array, read instead of computing the forward again. Self-attention (one
     tensor as queries, keys and values): its gradient is the sum of the three."""
-    c = Call(ctx, queries, keys, values, dout, W_q, valid_lens, mask)
+    c = Call(ctx, queries, keys, values, dout, W_q, W_k, W_v, W_o, b_q, b_k, b_v, b_o,
+             valid_lens, mask, saved, bias, alibi_slopes)
     q = _shape(c, queries, "queries", 3, 3)
     k = _shape(c, keys, "keys", 3, 3)
     v = _shape(c, values, "values", 3, 3)
@@ -228,7 +230,7 @@ def additive_attention_backward(queries, keys, values, W_q, W_k, w_v, dout, vali
     """The gradients of additive_attention with the same arguments from dout (B, Q, v): a dict
     of float32 Arrays named dqueries, dkeys, dvalues, dW_q, dW_k, dw_v (need: the names wanted;
     default all)."""
-    c = Call(ctx, queries, keys, values, dout, W_q, valid_lens, mask)
+    c = Call(ctx, queries, keys, values, dout, W_q, W_k, w_v, valid_lens, mask)
     q = _shape(c, queries, "queries", 3, 3)
     k = _shape(c, keys, "keys", 3, 3)
     v = _shape(c, values, "values", 3, 3)

@@ -123,3 +123,25 @@ def test_repr_and_context(ctx):
     assert ctx.description in repr(ctx)
     assert any(d.selected for d in clattn.devices())
     assert clattn.array([1.0]).context is clattn.default_context()
+
+
+def test_view_outlives_release_of_its_base(ctx):
+    # A view keeps the memory: releasing the base must not free it under the view (this crashed).
+    a = ctx.array(np.arange(8, dtype=np.float32))
+    v = a[2:].reshape(2, 3)
+    a.release()
+    assert np.array_equal(v.numpy(), np.arange(2, 8, dtype=np.float32).reshape(2, 3))
+
+
+def test_context_from_any_array_argument(ctx):
+    other = clattn.Context()
+    try:
+        Q = np.ones((1, 3, 4), np.float32)
+        out, lse = clattn.dot_product_attention(Q, Q, Q, need_lse=True, ctx=other)
+        # host Q, K, V: the context comes from out and lse
+        dq, _, _ = clattn.dot_product_attention_backward(Q, Q, Q, Q, out=out, lse=lse)
+        assert dq.context is other
+        bias = other.array(np.zeros((1, 3, 3), np.float32))
+        assert clattn.dot_product_attention(Q, Q, Q, bias=bias).context is other
+    finally:
+        other.close()
