@@ -123,7 +123,7 @@ clattn_status clattn__attention_core(clattn_context *ctx, const clattn_tensor *Q
     size_t nq = Q->dims[Q->ndim - 2], nk = K->dims[K->ndim - 2];
     size_t G = Q->ndim == 4 ? Q->dims[1] / K->dims[1] : 1; /* query heads per K/V head */
     int d = (int)Q->dims[Q->ndim - 1], dv = (int)V->dims[V->ndim - 1];
-    CHECK_ST(clattn__tune_bucket(ctx, "attention", clattn__head_bucket((size_t)(d > dv ? d : dv)),
+    CHECK_ST(clattn__tune_bucket(ctx, "attention", clattn__head_bucket((size_t)d, (size_t)dv),
                                  &att));
     if (!weights && clattn__flash_supports(&att, (size_t)d, (size_t)dv)) {
         clattn_flash_operand fq = clattn__flash_operand(Q, mask->D1);
@@ -301,7 +301,7 @@ clattn_status clattn__attention_backward(clattn_context *ctx, const clattn_tenso
     clattn_tuning tune;
     size_t d = Q->dims[Q->ndim - 1], dv = V->dims[V->ndim - 1];
     int G = Q->ndim == 4 ? (int)(Q->dims[1] / K->dims[1]) : 1;
-    CHECK_ST(clattn__tune_bucket(ctx, "backward", clattn__head_bucket(d > dv ? d : dv), &tune));
+    CHECK_ST(clattn__tune_bucket(ctx, "backward", clattn__head_bucket(d, dv), &tune));
     if (!out || !lse || g->dbias || !clattn__flash_backward_supports(&tune, d, dv))
         return chain_backward(ctx, Q, K, V, m, dropout, scale, dout, g);
     clattn_flash_bwd_ops o;

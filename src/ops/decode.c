@@ -374,8 +374,8 @@ clattn_status clattn_decode_attention(clattn_context *ctx, const clattn_tensor *
     if (ctx->sync)
         CHECK_ST(clattn__check_device_lens(ctx, cache->lens, "cache.lens",
                                            (int)cache->k_cache->dims[2] - A));
-    size_t hd = Q->dims[3] > cache->v_cache->dims[3] ? Q->dims[3] : cache->v_cache->dims[3];
-    CHECK_ST(clattn__tune_bucket(ctx, "decode", clattn__head_bucket(hd), &t));
+    CHECK_ST(clattn__tune_bucket(ctx, "decode",
+                                 clattn__head_bucket(Q->dims[3], cache->v_cache->dims[3]), &t));
     CHECK_ST(make_plan(ctx, &t, Q, cache, &m, scale, &p));
     CHECK_ST(clattn__scratch(ctx, CLATTN_SCRATCH_ATTN, p.part_floats * 4, &part));
     if (cache->k_new)

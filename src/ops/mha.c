@@ -265,7 +265,7 @@ clattn_status clattn_multihead_attention(clattn_context *ctx, const clattn_tenso
                            (size_t[]){B, H, nq});
     }
     const clattn_tensor *lse_to = saved ? &slse : lse;
-    CHECK_ST(clattn__tune_bucket(ctx, "attention", clattn__head_bucket((size_t)dh), &att));
+    CHECK_ST(clattn__tune_bucket(ctx, "attention", clattn__head_bucket((size_t)dh, (size_t)dh), &att));
     int fused = !weights && clattn__flash_supports(&att, dh, dh);
     mha_layout l = layout(B, nq, nk, hid, kvhid, fused);
     CHECK(ctx, l.total <= (size_t)INT32_MAX, CLATTN_ERROR_UNSUPPORTED,

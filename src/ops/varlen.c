@@ -255,7 +255,7 @@ clattn_status clattn_varlen_attention(clattn_context *ctx, const clattn_tensor *
     CHECK_ST(check_opts(ctx, opts, Q, K, V, out, &p));
     CHECK_ST(clattn__resolve_scale(ctx, opts, (size_t)p.d, &p.scale));
     CHECK_ST(clattn__tune_bucket(ctx, "attention",
-                                 clattn__head_bucket((size_t)(p.d > p.dv ? p.d : p.dv)), &p.att));
+                                 clattn__head_bucket((size_t)p.d, (size_t)p.dv), &p.att));
     for (int b = 0; b < p.B; b++)
         CHECK_ST(run_seq(ctx, &p, b, Q, K, V, out));
 fail:

@@ -274,8 +274,8 @@ void clattn__tune_set(clattn_tuning *t, const char *name, int value);
 clattn_status clattn__tune(clattn_context *ctx, const char *op, clattn_tuning *out);
 clattn_status clattn__tune_bucket(clattn_context *ctx, const char *op, const char *bucket,
                                   clattn_tuning *out);
-/* The bucket of the fused kernels' head size d (the larger of d and dv): "d64", "d128", "d256". */
-const char *clattn__head_bucket(size_t d);
+/* The bucket of the fused kernels' head sizes d and dv (the larger): "d64", "d128", "d256". */
+const char *clattn__head_bucket(size_t d, size_t dv);
 /* The bucket of a GEMM of m x n x k products per batch: "small" up to 2^24 (256^3), else NULL. */
 const char *clattn__gemm_bucket(double m, double n, double k);
 /* 1 when op takes bucket in a tune file (op@bucket=...). */

@@ -585,9 +585,10 @@ static int loop_limited(const clattn_context *ctx)
     return ctx->loop_limit != 0;
 }
 
-const char *clattn__head_bucket(size_t d)
+const char *clattn__head_bucket(size_t d, size_t dv)
 {
-    return d <= 64 ? "d64" : d <= 128 ? "d128" : "d256";
+    size_t h = d > dv ? d : dv;
+    return h <= 64 ? "d64" : h <= 128 ? "d128" : "d256";
 }
 
 const char *clattn__gemm_bucket(double m, double n, double k)
