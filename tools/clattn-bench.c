@@ -56,6 +56,8 @@ typedef struct {
     bench_size sizes[MAX_SIZES];
     int nsizes;
     int attn_n[MAX_SIZES], nattn; /* attention sequence lengths */
+    bench_size softmax[MAX_SIZES]; /* masked softmax shapes: m rows of n keys */
+    int nsoftmax;
     int trans[4], ntrans; /* GEMM transposes: bit 0 = A, bit 1 = B */
     const char *only;
     const char *section; /* the one running */
@@ -440,8 +442,6 @@ static void bench_gemm(bench *b)
 
 /* ---- softmax: masked softmax over rows with random valid lengths ---- */
 
-#define SOFTMAX_ROWS 4096
-#define SOFTMAX_KEYS 1024
 #define SOFTMAX_TOL 1e-5
 
 typedef struct {
@@ -466,10 +466,10 @@ static int softmax_run_copy(bench *b, void *arg)
 
 /* Scores and output of dtype dt: GB/s of its bytes, against a copy of as many. The check allows
  * the output's rounding (its unit roundoff) on top of float32's tolerance. */
-static void bench_softmax_dtype(bench *b, clattn_dtype dt)
+static void bench_softmax_dtype(bench *b, clattn_dtype dt, bench_size shape)
 {
     /* (B, Q, K) with one random length in [0, K] per row (2-D lengths). */
-    const size_t B = 64, Q = SOFTMAX_ROWS / 64, K = SOFTMAX_KEYS, n = B * Q * K;
+    const size_t B = 64, Q = shape.m / 64, K = shape.n, n = B * Q * K;
     size_t dims[3] = {B, Q, K}, es = clattn_dtype_size(dt);
     float *x = malloc(n * sizeof *x);
     void *y = malloc(n * es), *hx = NULL;
@@ -533,9 +533,11 @@ static void bench_softmax_dtype(bench *b, clattn_dtype dt)
 
 static void bench_softmax(bench *b)
 {
-    bench_softmax_dtype(b, CLATTN_FLOAT32);
-    bench_softmax_dtype(b, CLATTN_FLOAT16);
-    bench_softmax_dtype(b, CLATTN_BFLOAT16);
+    for (int i = 0; i < b->nsoftmax; i++) {
+        bench_softmax_dtype(b, CLATTN_FLOAT32, b->softmax[i]);
+        bench_softmax_dtype(b, CLATTN_FLOAT16, b->softmax[i]);
+        bench_softmax_dtype(b, CLATTN_BFLOAT16, b->softmax[i]);
+    }
 }
 
 /* ---- attention: fused vs unfused vs the naive chain of public ops; multi-head; additive ---- */
@@ -1978,7 +1980,7 @@ static const bench_section sections[] = {
     {"gemm", "C = A B (float32, row-major; float16 and bfloat16 A and B into float32 C) vs CLBlast on "
              "the same device and cblas on the host",
      bench_gemm},
-    {"softmax", "masked softmax, 4096 x 1024, random valid lengths, float32, float16 and bfloat16 "
+    {"softmax", "masked softmax, ROWS x KEYS from --softmax, random valid lengths, float32, float16 and bfloat16 "
                 "scores and output, GB/s read + written",
      bench_softmax},
     {"attention", "scaled dot-product, 16 heads, d 64, N from --attn-n, plain and causal: fused vs "
@@ -2085,12 +2087,31 @@ static void parse_attn_n(bench *b, const char *arg)
     }
 }
 
+static void parse_softmax(bench *b, const char *arg)
+{
+    b->nsoftmax = 0;
+    for (const char *s = arg; *s;) {
+        char *end, *end2;
+        long r = strtol(s, &end, 10), k = *end == 'x' ? strtol(end + 1, &end2, 10) : 0;
+        if (*end != 'x' || end2 == end + 1 || r < 64 || r % 64 || r > 1 << 20 || k < 1 ||
+            k > 1 << 20 || (*end2 && *end2 != ','))
+            die("--softmax: '%s': expected ROWSxKEYS (rows a multiple of 64), comma-separated",
+                arg);
+        if (b->nsoftmax == MAX_SIZES)
+            die("--softmax: at most %d shapes", MAX_SIZES);
+        b->softmax[b->nsoftmax].m = (size_t)r;
+        b->softmax[b->nsoftmax++].n = (size_t)k;
+        s = *end2 ? end2 + 1 : end2;
+    }
+}
+
 static void usage(void)
 {
     printf("usage: clattn-bench [options]\n"
            "  --only LIST        sections to run, comma-separated (default: all)\n"
            "  --sizes LIST       GEMM sizes: N (square) or MxNxK, comma-separated (1024,2048)\n"
            "  --attn-n LIST      attention sequence lengths, comma-separated (1024,2048)\n"
+           "  --softmax LIST     masked softmax shapes ROWSxKEYS, comma-separated (4096x1024)\n"
            "  --trans LIST       GEMM transposes of A and B: NN, NT, TN, TT, comma-separated (NN)\n"
            "  --reps N           timed runs per figure, the median is reported (15)\n"
            "  --warmup N         untimed runs before timing (2)\n"
@@ -2199,6 +2220,7 @@ int main(int argc, char **argv)
     b.rng = 1;
     parse_sizes(&b, "1024,2048");
     parse_attn_n(&b, "1024,2048");
+    parse_softmax(&b, "4096x1024");
     parse_trans(&b, "NN");
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -2231,6 +2253,8 @@ int main(int argc, char **argv)
             parse_trans(&b, v);
         } else if (!strcmp(a, "--attn-n")) {
             parse_attn_n(&b, v);
+        } else if (!strcmp(a, "--softmax")) {
+            parse_softmax(&b, v);
         } else if (!strcmp(a, "--reps")) {
             b.reps = int_arg(a, v, 3);
         } else if (!strcmp(a, "--warmup")) {

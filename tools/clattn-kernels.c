@@ -56,6 +56,11 @@ static const struct {
     {"softmax.cl", "-D XT=3 -D YT=2 "},
     {"softmax.cl", "-D VW=16 -D XT=2 -D YT=3 "},
     {"softmax.cl", "-D VW=16 -D XT=3 -D YT=2 "},
+    {"softmax.cl", "-D ALIGNV=1 "}, /* rows on vector boundaries (src/ops/softmax.c) */
+    {"softmax.cl", "-D ALIGNV=1 -D XT=2 -D YT=3 "},
+    {"softmax.cl", "-D ALIGNV=1 -D XT=3 -D YT=2 "},
+    {"softmax.cl", "-D VW=16 -D ALIGNV=1 -D XT=3 -D YT=2 "},
+    {"softmax.cl", "-D VW=16 -D ALIGNV=1 -D XT=0 -D YT=2 "},
     /* the loss kernels build with the softmax variant's defines (src/ops/loss.c) */
     {"loss.cl", "-D VW=8 "},
     {"loss.cl", "-D WG=64 "},
