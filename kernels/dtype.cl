@@ -13,6 +13,10 @@
 #ifndef CLATTN_DTYPE_CL
 #define CLATTN_DTYPE_CL
 
+#ifndef CLATTN_FP16
+#define CLATTN_FP16 0
+#endif
+
 #define CLATTN_CAT_(a, b) a##b
 #define CLATTN_CAT(a, b) CLATTN_CAT_(a, b)
 #define CLATTN_T_0 float
@@ -37,7 +41,22 @@
  * addition itself rounds x to float16's subnormal grid (a device that flushes float32 subnormal
  * inputs to 0 gives 0 for them, as rounding does: they are below 2^-25). bfloat16: float32's top
  * half rounded the same way. */
-#define CLATTN_CONVERT_N(N)                                                                      \
+#if CLATTN_FP16
+/* cl_khr_fp16's conversions (host: the half tuning picks them where the device has the
+ * extension): the same bits as the integer ones below, in one instruction where the hardware has
+ * it; only conversions, the arithmetic stays float32. */
+#pragma OPENCL EXTENSION cl_khr_fp16 : enable
+#define CLATTN_F16_N(N)                                                                            \
+    static inline float##N clattn_f16_to_f32##N(ushort##N b)                                     \
+    {                                                                                            \
+        return convert_float##N(as_half##N(b));                                                  \
+    }                                                                                            \
+    static inline ushort##N clattn_f32_to_f16##N(float##N f)                                     \
+    {                                                                                            \
+        return as_ushort##N(convert_half##N##_rte(f));                                           \
+    }
+#else
+#define CLATTN_F16_N(N)                                                                            \
     static inline float##N clattn_f16_to_f32##N(ushort##N b)                                     \
     {                                                                                            \
         int##N h = convert_int##N(b), e = h & (int##N)(0x7c00), m = h & (int##N)(0x3ff);         \
@@ -56,7 +75,9 @@
         q = a >= (int##N)(0x477ff000) ? (int##N)(0x7c00) : q; /* 65520 and up */                 \
         q = a > (int##N)(0x7f800000) ? (int##N)(0x7e00) | ((a >> 13) & (int##N)(0x3ff)) : q;     \
         return convert_ushort##N(q | ((x >> 16) & (int##N)(0x8000)));                            \
-    }                                                                                            \
+    }
+#endif
+#define CLATTN_BF16_N(N)                                                                         \
     static inline ushort##N clattn_f32_to_bf16##N(float##N f)                                    \
     {                                                                                            \
         int##N x = as_int##N(f);                                                                 \
@@ -70,6 +91,7 @@
     {                                                                                            \
         return as_float##N(convert_int##N(b) << 16);                                             \
     }
+#define CLATTN_CONVERT_N(N) CLATTN_F16_N(N) CLATTN_BF16_N(N)
 CLATTN_CONVERT_N()
 CLATTN_CONVERT_N(4)
 CLATTN_CONVERT_N(8)

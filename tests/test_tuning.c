@@ -148,6 +148,63 @@ static void test_accepted(void **s)
     }
 }
 
+/* ---- the half tuning: float16 conversions by cl_khr_fp16 where the device has it ---- */
+
+/* The device's extension list, read here rather than through the library. */
+static int device_has_fp16(void)
+{
+    char ext[8192] = "";
+    clGetDeviceInfo(h_ctx->device, CL_DEVICE_EXTENSIONS, sizeof ext - 1, ext, NULL);
+    for (const char *p = strstr(ext, "cl_khr_fp16"); p; p = strstr(p + 1, "cl_khr_fp16"))
+        if ((p == ext || p[-1] == ' ') && (p[11] == '\0' || p[11] == ' '))
+            return 1;
+    return 0;
+}
+
+/* half=VARIANT on the real device: accepted (and built with the define) or refused by name. */
+static void check_half_override(const char *variant, int fp16)
+{
+    char tuning[32], got[64], opts[1024];
+    clattn_context *c = NULL;
+    clattn_params p = {0};
+    snprintf(tuning, sizeof tuning, "half=%s", variant);
+    p.tuning = tuning;
+    if (strcmp(variant, "fp16") == 0 && !fp16) {
+        expect_refused(tuning, "no cl_khr_fp16");
+        return;
+    }
+    if (clattn_context_create(&c, &p) != CLATTN_SUCCESS)
+        fail_msg("CLATTN_TUNE=%s refused: %s", tuning, clattn_last_error(NULL));
+    assert_int_equal(clattn_context_tuning(c, "half", got, sizeof got), CLATTN_SUCCESS);
+    assert_string_equal(got, variant);
+    clattn__build_options(c, "", opts, sizeof opts);
+    if ((strstr(opts, "-D CLATTN_FP16=1") != NULL) != (strcmp(variant, "fp16") == 0))
+        fail_msg("half=%s builds with \"%s\"", variant, opts);
+    clattn_context_destroy(&c);
+}
+
+static void test_half(void **s)
+{
+    (void)s;
+    int fp16 = device_has_fp16();
+    check_half_override("bits", fp16);
+    check_half_override("fp16", fp16);
+    expect_refused("half=fast", "no variant 'fast'");
+    expect_refused("half=bits:VW=8", "no parameter VW");
+    /* the table's choice follows the extension, on made-up devices */
+    static clattn_context dev;
+    static char unset[1];
+    clattn_tuning t;
+    for (int has = 0; has < 2; has++) {
+        memset(&dev, 0, sizeof dev);
+        dev.type = CL_DEVICE_TYPE_GPU;
+        dev.tuning = dev.kernel_dir = dev.cache_dir = unset;
+        dev.has_fp16 = has;
+        assert_int_equal(clattn__tune(&dev, "half", &t), CLATTN_SUCCESS);
+        assert_string_equal(t.variant, has ? "fp16" : "bits");
+    }
+}
+
 /* ---- device limits, on made-up devices (clattn__tune with the fields it reads) ---- */
 
 static clattn_context fake;
@@ -744,6 +801,7 @@ int main(void)
         cmocka_unit_test(test_refused),
         cmocka_unit_test(test_accepted),
         cmocka_unit_test(test_device_limits),
+        cmocka_unit_test(test_half),
         cmocka_unit_test(test_fuzz),
     };
     return cmocka_run_group_tests_name("tuning", tests, h_setup, h_teardown);

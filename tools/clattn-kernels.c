@@ -61,10 +61,29 @@ static const struct {
     {"softmax.cl", "-D ALIGNV=1 -D XT=3 -D YT=2 "},
     {"softmax.cl", "-D VW=16 -D ALIGNV=1 -D XT=3 -D YT=2 "},
     {"softmax.cl", "-D VW=16 -D ALIGNV=1 -D XT=0 -D YT=2 "},
+    /* cl_khr_fp16's conversions (the half tuning): every file with 16-bit operands, at each
+     * vector width; compile.sh enables the extension for these where the target has it */
+    {"convert.cl", "-D CLATTN_FP16=1 -D XT=2 -D YT=3 "},
+    {"convert.cl", "-D CLATTN_FP16=1 -D XT=3 -D YT=2 "},
+    {"softmax.cl", "-D CLATTN_FP16=1 -D XT=2 -D YT=2 "},
+    {"softmax.cl", "-D CLATTN_FP16=1 -D VW=16 -D ALIGNV=1 -D XT=2 -D YT=2 "},
+    {"decode.cl", "-D CLATTN_FP16=1 -D QT=2 -D CT=2 -D NT=2 "},
+    {"matmul.cl", "-D CLATTN_FP16=1 -D AT=2 -D BT=2 "},
+    {"flash.cl", "-D CLATTN_FP16=1 -D QT=2 -D KT=2 -D VT=2 -D OT=2 "},
+    {"heads.cl", "-D CLATTN_FP16=1 -D XT=2 -D YT=2 "},
+    {"additive.cl", "-D CLATTN_FP16=1 -D QT=2 -D KT=2 -D WT=2 -D ST=2 "},
+    {"dropout.cl", "-D CLATTN_FP16=1 -D XT=2 -D YT=2 "},
     /* the loss kernels build with the softmax variant's defines (src/ops/loss.c) */
     {"loss.cl", "-D VW=8 "},
     {"loss.cl", "-D WG=64 "},
 };
+
+/* The half tuning is a define of every build (clattn__build_options), not a kernel file of its
+ * own: its option sets are the CLATTN_FP16 entries of extra_sets. */
+static int no_kernel_file(const char *op)
+{
+    return op && strcmp(op, "half") == 0;
+}
 
 static const char *kernel_file(const char *op, char *buf, size_t size)
 {
@@ -83,6 +102,8 @@ static int nlines;
 static int emit(const clattn_context *ctx, const char *op, const char *file, const char *defines)
 {
     char name[96], options[1024], line[sizeof lines[0]];
+    if (!file && no_kernel_file(op))
+        return 1;
     if (!file)
         file = kernel_file(op, name, sizeof name);
     if (!file) {
@@ -117,6 +138,10 @@ static int emit_override(clattn_context *ctx, char *tune)
         }
         memcpy(op, s, (size_t)(eq - s));
         op[eq - s] = '\0';
+        if (no_kernel_file(op)) {
+            s = comma ? comma + 1 : s + n;
+            continue;
+        }
         if (clattn__tune(ctx, op, &t) != CLATTN_SUCCESS) {
             fprintf(stderr, "clattn-kernels: %s\n", ctx->err);
             return 0;

@@ -59,6 +59,35 @@ fail:
     return st;
 }
 
+/* Whether the device's extension list holds ext as a whole word. */
+static int has_extension(cl_device_id device, const char *ext)
+{
+    size_t size = 0, n = strlen(ext);
+    int found = 0;
+    if (clGetDeviceInfo(device, CL_DEVICE_EXTENSIONS, 0, NULL, &size) != CL_SUCCESS || !size)
+        return 0;
+    char *list = malloc(size + 1);
+    if (!list)
+        return 0;
+    if (clGetDeviceInfo(device, CL_DEVICE_EXTENSIONS, size, list, NULL) == CL_SUCCESS) {
+        list[size] = '\0';
+        for (const char *p = strstr(list, ext); p && !found; p = strstr(p + 1, ext))
+            found = (p == list || p[-1] == ' ') && (p[n] == '\0' || p[n] == ' ');
+    }
+    free(list);
+    return found;
+}
+
+/* The half tuning (tuning.c), once the override and the tune file are known: every kernel
+ * build of the context then carries its define. */
+static clattn_status resolve_half(clattn_context *c)
+{
+    clattn_tuning t;
+    clattn_status st = clattn__tune(c, "half", &t);
+    c->fp16_conv = st == CLATTN_SUCCESS && strcmp(t.variant, "fp16") == 0;
+    return st;
+}
+
 static void query_device(clattn_context *c)
 {
     char ver[128] = "", cver[128] = "";
@@ -83,6 +112,7 @@ static void query_device(clattn_context *c)
     c->base_align /= 8; /* bits */
     clGetDeviceInfo(c->device, CL_DEVICE_MAX_COMPUTE_UNITS, sizeof c->compute_units,
                     &c->compute_units, NULL);
+    c->has_fp16 = has_extension(c->device, "cl_khr_fp16");
     c->max_alloc = (size_t)alloc;
     c->local_mem = (size_t)local;
     const char *t = (c->type & CL_DEVICE_TYPE_GPU) ? "GPU"
@@ -143,6 +173,7 @@ clattn_status clattn_context_create(clattn_context **out, const clattn_params *p
     if (clattn__check_tuning(c) != CLATTN_SUCCESS)
         CHECK(NULL, 0, CLATTN_ERROR_INVALID_ARGUMENT, "%s", c->err);
     clattn__load_tune_file(c);
+    CHECK_ST(resolve_half(c));
     *out = c;
     return CLATTN_SUCCESS;
 fail:
@@ -181,6 +212,7 @@ clattn_status clattn_context_wrap(clattn_context **out, cl_context context, cl_d
     if (clattn__check_tuning(c) != CLATTN_SUCCESS)
         CHECK(NULL, 0, CLATTN_ERROR_INVALID_ARGUMENT, "%s", c->err);
     clattn__load_tune_file(c);
+    CHECK_ST(resolve_half(c));
     *out = c;
     return CLATTN_SUCCESS;
 fail:

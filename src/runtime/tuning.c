@@ -297,6 +297,14 @@ static const param_range backward_cpu_ranges[] = {
     {NULL, 0, 0, 0}};
 static const param_range no_ranges[] = {{NULL, 0, 0, 0}};
 
+static int half_fp16_check(const clattn_context *ctx, const clattn_tuning *t, char *why, size_t n)
+{
+    (void)t;
+    if (!ctx->has_fp16)
+        snprintf(why, n, "the device has no cl_khr_fp16");
+    return ctx->has_fp16;
+}
+
 /* Every variant the library can build. */
 static const variant_def variants[] = {
     /* CPU shape: packed panels; each work-item owns a TN-wide column strip over RB row panels,
@@ -339,6 +347,11 @@ static const variant_def variants[] = {
     /* The unfused chain of GEMMs and softmax kernels (the matmul and softmax variants' shapes):
      * the GPU path until a GPU-shaped fused backward exists. */
     {"backward", "unfused", "", no_ranges, NULL, NULL},
+    /* How every kernel converts float16 (kernels/dtype.cl), not an op of its own: integer bit
+     * manipulation on any OpenCL 1.2 device, or cl_khr_fp16's half type (conversions only, the
+     * arithmetic stays float32), built with -D CLATTN_FP16=1. */
+    {"half", "bits", "", no_ranges, NULL, NULL},
+    {"half", "fp16", "", no_ranges, half_fp16_check, NULL},
 };
 
 typedef struct {
@@ -347,6 +360,7 @@ typedef struct {
     const char *name;    /* case-insensitive substring of the device name (an implementation) */
     cl_uint min_vec;     /* CL_DEVICE_NATIVE_VECTOR_WIDTH_FLOAT at least this, 0 = any */
     const char *op, *variant, *params;
+    int fp16;            /* 1: only on devices with cl_khr_fp16 */
 } rule;
 
 /* CPUs with AVX-512 (native float vectors of 16, as PoCL and Intel's CPU runtime report them
@@ -366,23 +380,25 @@ typedef struct {
 
 /* First matching rule wins; the last rules are the catch-alls per op. */
 static const rule rules[] = {
-    {0, NULL, LLVMPIPE, 0, "matmul", "gpu", ""},
-    {0, NULL, LLVMPIPE, 0, "softmax", "gpu", ""},
-    {0, NULL, LLVMPIPE, 0, "attention", "gpu", ""},
-    {0, NULL, LLVMPIPE, 0, "decode", "gpu", ""},
-    {0, NULL, LLVMPIPE, 0, "backward", "unfused", ""},
-    {CL_DEVICE_TYPE_CPU, NULL, NULL, 16, "matmul", "cpu", AVX512_MATMUL},
-    {CL_DEVICE_TYPE_CPU, NULL, NULL, 0, "matmul", "cpu", ""},
-    {CL_DEVICE_TYPE_CPU, NULL, NULL, 0, "softmax", "cpu", ""},
-    {0, NULL, NULL, 0, "matmul", "gpu", ""},
-    {0, NULL, NULL, 0, "softmax", "gpu", ""},
-    {CL_DEVICE_TYPE_CPU, NULL, NULL, 16, "attention", "cpu", ""},
-    {CL_DEVICE_TYPE_CPU, NULL, NULL, 0, "attention", "cpu", AVX2_ATTENTION},
-    {0, NULL, NULL, 0, "attention", "gpu", ""},
-    {CL_DEVICE_TYPE_CPU, NULL, NULL, 0, "decode", "cpu", ""},
-    {0, NULL, NULL, 0, "decode", "gpu", ""},
-    {CL_DEVICE_TYPE_CPU, NULL, NULL, 0, "backward", "cpu", ""},
-    {0, NULL, NULL, 0, "backward", "unfused", ""},
+    {0, NULL, LLVMPIPE, 0, "matmul", "gpu", "", 0},
+    {0, NULL, LLVMPIPE, 0, "softmax", "gpu", "", 0},
+    {0, NULL, LLVMPIPE, 0, "attention", "gpu", "", 0},
+    {0, NULL, LLVMPIPE, 0, "decode", "gpu", "", 0},
+    {0, NULL, LLVMPIPE, 0, "backward", "unfused", "", 0},
+    {CL_DEVICE_TYPE_CPU, NULL, NULL, 16, "matmul", "cpu", AVX512_MATMUL, 0},
+    {CL_DEVICE_TYPE_CPU, NULL, NULL, 0, "matmul", "cpu", "", 0},
+    {CL_DEVICE_TYPE_CPU, NULL, NULL, 0, "softmax", "cpu", "", 0},
+    {0, NULL, NULL, 0, "matmul", "gpu", "", 0},
+    {0, NULL, NULL, 0, "softmax", "gpu", "", 0},
+    {CL_DEVICE_TYPE_CPU, NULL, NULL, 16, "attention", "cpu", "", 0},
+    {CL_DEVICE_TYPE_CPU, NULL, NULL, 0, "attention", "cpu", AVX2_ATTENTION, 0},
+    {0, NULL, NULL, 0, "attention", "gpu", "", 0},
+    {CL_DEVICE_TYPE_CPU, NULL, NULL, 0, "decode", "cpu", "", 0},
+    {0, NULL, NULL, 0, "decode", "gpu", "", 0},
+    {CL_DEVICE_TYPE_CPU, NULL, NULL, 0, "backward", "cpu", "", 0},
+    {0, NULL, NULL, 0, "backward", "unfused", "", 0},
+    {0, NULL, NULL, 0, "half", "fp16", "", 1},
+    {0, NULL, NULL, 0, "half", "bits", "", 0},
 };
 
 static int ci_contains(const char *hay, const char *needle)
@@ -562,7 +578,8 @@ static clattn_status table_choice(clattn_context *ctx, const char *op, clattn_tu
         const rule *r = &rules[i];
         if (strcmp(r->op, op) == 0 && (!r->type || (r->type & ctx->type)) &&
             (!r->vendor || ci_contains(ctx->vendor, r->vendor)) &&
-            (!r->name || ci_contains(ctx->name, r->name)) && ctx->native_float >= r->min_vec)
+            (!r->name || ci_contains(ctx->name, r->name)) && ctx->native_float >= r->min_vec &&
+            (!r->fp16 || ctx->has_fp16))
             break;
     }
     CHECK(ctx, i < n, CLATTN_ERROR_INVALID_ARGUMENT, "tuning: no rule for op %s", op);
