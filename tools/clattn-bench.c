@@ -979,6 +979,7 @@ typedef struct {
     clattn_tensor q, kc, vc, lens, out, copy;
     clattn_kv_cache cache;
     size_t bytes; /* the cache's keys and values of every sequence, read once */
+    size_t hq;    /* query heads: DEC_HQ (grouped) or DEC_HKV (one per K/V head) */
 } dec_case;
 
 static int dec_run(bench *b, void *arg)
@@ -1009,18 +1010,19 @@ static void fill_tiled(bench *b, float *x, size_t n)
 static double dec_error(bench *b, dec_case *c, const float *q, const float *k, const float *v,
                         size_t K)
 {
-    float *o = malloc(DEC_HQ * DEC_D * sizeof *o);
+    size_t hq = c->hq, g = hq / DEC_HKV;
+    float *o = malloc(hq * DEC_D * sizeof *o);
     double *w = malloc(K * sizeof *w), worst = 0;
     if (!o || !w)
         die("out of memory");
     ok(b, clattn_tensor_fill(b->ctx, &c->out, NAN), "poison out");
     ok(b, clattn_decode_attention(b->ctx, &c->q, &c->cache, NULL, &c->out), "decode");
     ok(b, clattn_tensor_read_blocking(b->ctx, &(clattn_tensor){c->out.buf, 0, 1,
-                                                                {DEC_HQ * DEC_D}, CLATTN_FLOAT32}, o),
+                                                                {hq * DEC_D}, CLATTN_FLOAT32}, o),
        "read out");
     for (int h = 0; h < DEC_CHECK_HEADS; h++) {
-        const float *qr = q + (size_t)h * DEC_D, *kh = k + (size_t)(h / (DEC_HQ / DEC_HKV)) * K * DEC_D;
-        const float *vh = v + (size_t)(h / (DEC_HQ / DEC_HKV)) * K * DEC_D;
+        const float *qr = q + (size_t)h * DEC_D, *kh = k + (size_t)h / g * K * DEC_D;
+        const float *vh = v + (size_t)h / g * K * DEC_D;
         double mx = -INFINITY, sum = 0;
         for (size_t j = 0; j < K; j++) {
             double dot = 0;
@@ -1077,16 +1079,17 @@ static void dec_16bit(bench *b, dec_case *c, const char *name, const float *q, c
     free(vr);
 }
 
-static void dec_one(bench *b, size_t B, size_t K)
+static void dec_one(bench *b, size_t B, size_t K, size_t hq)
 {
     dec_case c;
-    size_t qn = B * DEC_HQ * DEC_D, kn = B * DEC_HKV * K * DEC_D;
-    size_t qd[4] = {B, DEC_HQ, 1, DEC_D}, kd[4] = {B, DEC_HKV, K, DEC_D};
+    size_t qn = B * hq * DEC_D, kn = B * DEC_HKV * K * DEC_D;
+    size_t qd[4] = {B, hq, 1, DEC_D}, kd[4] = {B, DEC_HKV, K, DEC_D};
     float *q = malloc(qn * sizeof *q), *k = malloc(kn * sizeof *k), *v = malloc(kn * sizeof *v);
     int *lens = malloc(B * sizeof *lens);
     if (!q || !k || !v || !lens)
         die("out of memory");
     memset(&c, 0, sizeof c);
+    c.hq = hq;
     fill(b, q, qn);
     fill_tiled(b, k, kn);
     fill_tiled(b, v, kn);
@@ -1107,7 +1110,7 @@ static void dec_one(bench *b, size_t B, size_t K)
     c.cache.v_cache = &c.vc;
     c.cache.lens = &c.lens;
     char name[48];
-    snprintf(name, sizeof name, "B%zu K%zu", B, K);
+    snprintf(name, sizeof name, "B%zu K%zu%s", B, K, hq == DEC_HKV ? " Hq8" : "");
     double err = dec_error(b, &c, q, k, v, K);
     if (err > ATT_TOL) {
         bench_check_fail(b, name, "clattn_decode_attention", err, ATT_TOL);
@@ -1133,7 +1136,8 @@ static void bench_decode(bench *b)
     static const size_t Bs[2] = {1, 8}, Ks[2] = {4096, 32768};
     for (int i = 0; i < 2; i++)
         for (int j = 0; j < 2; j++)
-            dec_one(b, Bs[i], Ks[j]);
+            dec_one(b, Bs[i], Ks[j], DEC_HQ);
+    dec_one(b, 1, 4096, DEC_HKV); /* one query head per K/V head (multi-head, no grouping) */
 }
 
 /* ---- packed variable-length batch: 8 sequences, 16 heads, d 64, causal ---- */
@@ -1999,8 +2003,9 @@ static const bench_section sections[] = {
      "d 64, vs none",
      bench_bias},
     {"decode", "KV-cache decoding, one new row, 32 query heads over 8 K/V heads, d 128, B 1 and 8, "
-               "K 4096 and 32768 (full caches): GB/s of the cache read once vs a device copy, and "
-               "over float16 and bfloat16 caches (GB/s of the float32 bytes: the speedup)",
+               "K 4096 and 32768 (full caches), and B 1 K 4096 with 8 query heads (Hq8, one per K/V "
+               "head): GB/s of the cache read once vs a device copy, and over float16 and bfloat16 "
+               "caches (GB/s of the float32 bytes: the speedup)",
      bench_decode},
     {"varlen", "packed variable-length batch, 8 sequences of 64-2048 tokens, 16 heads, d 64, "
      "causal: varlen vs the padded fused op", bench_varlen},

@@ -223,6 +223,10 @@ static clattn_status make_plan(clattn_context *ctx, clattn_tuning *t, const clat
                  clattn__aligned64(ctx, c->v_cache->buf);
     p->gpu = strcmp(t->variant, "gpu") == 0;
     p->RQ = clattn__tune_int(t, "RQ", 4);
+    /* no more rows per item than a K/V head has (G * Qn): the rest would be padding computed and
+     * thrown away (multi-head decoding, one row per head: RQ=4 did 4x the dot products) */
+    if (p->RQ > p->G * p->Qn)
+        clattn__tune_set(t, "RQ", p->RQ = p->G * p->Qn);
     p->WG = p->gpu ? clattn__tune_int(t, "WG", 64) : 1;
     p->SK = clattn__tune_int(t, "SK", 256);
     p->scale = scale;

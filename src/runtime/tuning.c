@@ -334,7 +334,8 @@ static const variant_def variants[] = {
     /* GEMM, masked softmax, GEMM: the path taken whenever the weights are returned. */
     {"attention", "unfused", "", no_ranges, NULL, NULL},
     /* KV-cache decoding, CPU shape: a work-item per (split of SK keys, RQ query rows, K/V head),
-     * 16 keys at a time; RQ=4 takes a grouped-query head's 4 query heads at once; SK=1024 was
+     * 16 keys at a time; RQ=4 takes a grouped-query head's 4 query heads at once (decode.c
+     * lowers it to the rows a K/V head has); SK=1024 was
      * 1.05-1.1x SK=128-512 on an AVX2 EPYC (B 1 and 8, Hkv 8, d 128). */
     {"decode", "cpu", "RQ=4:SK=1024", decode_cpu_ranges, NULL, NULL},
     /* GPU shape: a work-group of WG items per split walks its keys WG at a time. */
