@@ -8,8 +8,10 @@
  * The conversions are integer bit manipulations on the 16-bit patterns, bit for bit the host's
  * (src/ops/convert.c): round to nearest even, overflow to infinity, subnormals both ways, NaN kept NaN
  * with its payload's top bits and the quiet bit set. OpenCL 1.2's vload_half / vstore_half (no
- * cl_khr_fp16 needed) are not used: PoCL 3.1's 8-wide forms fault on addresses that are not a
- * multiple of 16 bytes, and its scalar ones are ~10x slower than these. */
+ * cl_khr_fp16 needed) are not used here: PoCL 3.1's 8-wide forms fault on addresses that are not
+ * a multiple of 16 bytes, and its scalar ones are ~10x slower than these (kernels that know their
+ * rows are aligned use them directly: softmax.cl, decode.cl). With CLATTN_FP16 (the half tuning)
+ * float16 converts through cl_khr_fp16 instead, to the same bits. */
 #ifndef CLATTN_DTYPE_CL
 #define CLATTN_DTYPE_CL
 

@@ -33,8 +33,9 @@ typedef struct {
 } sm_case;
 
 /* A view at element offset off into a new buffer of off + n + VIEW_TAIL elements: host's n values
- * in the view (NULL: NaN), NaN around it. One write of the whole buffer: Oclgrind 21.10's shadow memory takes
- * a host write at an offset for the buffer's start, so its tail would read as uninitialized. */
+ * in the view (NULL: NaN), NaN around it. One write of the whole buffer: Oclgrind 21.10's shadow
+ * memory takes a host write at an offset for the buffer's start, so its tail would read as
+ * uninitialized. */
 #define VIEW_TAIL 16 /* the widest vector */
 static clattn_tensor view_at(clattn_dtype dt, int rank, const size_t *dims, size_t off,
                              const float *host, clattn_tensor *base)
@@ -266,7 +267,10 @@ static void test_large_logits(void **s)
 static void test_inplace(void **s)
 {
     (void)s;
-    CASES({.rank = 3, .dims = {3, 4, 37}, .scale = 2, .lens = LENS_1D, .inplace = 1});
+    CASES({.rank = 3, .dims = {3, 4, 37}, .scale = 2, .lens = LENS_1D, .inplace = 1},
+          {.rank = 3, .dims = {3, 4, 48}, .scale = 2, .lens = LENS_1D, .inplace = 1},
+          {.rank = 3, .dims = {2, 3, 32}, .scale = 2, .mask_rank = 1, .mask_dims = {32},
+           .inplace = 1}); /* rows on vector boundaries: the aligned moves */
 }
 
 /* softmax=gpu does not split a row over launches: under a loop budget (LOOPS here; llvmpipe's
@@ -346,18 +350,18 @@ static void test_16bit(void **s)
                   {.rank = 2, .dims = {3, 12}, .scale = 3, .ninf = 1, .xt = xt, .yt = yt},
                   {.rank = 3, .dims = {3, 4, 37}, .scale = 2, .lens = LENS_1D,
                    .inplace = xt == yt, .xt = xt, .yt = yt},
-                  {.rank = 3, .dims = {1, 3, 2049}, .scale = 3, .lens = LENS_1D, .xt = xt,
-                   .yt = yt},
-                  {.rank = 2, .dims = {2, 2048}, .mask_rank = 1, .mask_dims = {2048},
-                   .scale = 3, .xt = xt, .yt = yt});
-            if (!h_small()) /* rows past the row kernel's private buffer (EB = 8192): the
-                               exponentials recomputed; and many rows: once, every group of them
-                               overflowed PoCL's stack */
-                CASES({.rank = 3, .dims = {1, 3, 8193}, .scale = 3, .lens = LENS_1D, .xt = xt,
+                  {.rank = 3, .dims = {2, 4, 48}, .scale = 2, .lens = LENS_1D,
+                   .inplace = xt == yt, .xt = xt, .yt = yt}, /* in place on vector boundaries */
+                  /* rows past the row kernel's private buffer (EB = 4096): recomputed */
+                  {.rank = 3, .dims = {1, 1, 4097}, .scale = 3, .lens = LENS_1D, .xt = xt,
+                   .yt = yt});
+            if (!h_small()) /* more of them; and many rows: once, every group of them overflowed
+                               PoCL's stack */
+                CASES({.rank = 3, .dims = {1, 3, 4097}, .scale = 3, .lens = LENS_1D, .xt = xt,
                        .yt = yt},
-                      {.rank = 3, .dims = {1, 2, 8193}, .mask_rank = 1, .mask_dims = {8193},
+                      {.rank = 3, .dims = {1, 2, 4097}, .mask_rank = 1, .mask_dims = {4097},
                        .scale = 3, .xt = xt, .yt = yt},
-                      {.rank = 2, .dims = {2, 8192}, .mask_rank = 1, .mask_dims = {8192},
+                      {.rank = 2, .dims = {2, 4096}, .mask_rank = 1, .mask_dims = {4096},
                        .scale = 3, .xt = xt, .yt = yt},
                       {.rank = 3, .dims = {2, 3, 1000}, .scale = 3, .xt = xt, .yt = yt},
                       {.rank = 3, .dims = {64, 64, 1024}, .scale = 3, .lens = LENS_2D, .xt = xt,

@@ -153,12 +153,18 @@ static void test_accepted(void **s)
 /* The device's extension list, read here rather than through the library. */
 static int device_has_fp16(void)
 {
-    char ext[8192] = "";
-    clGetDeviceInfo(h_ctx->device, CL_DEVICE_EXTENSIONS, sizeof ext - 1, ext, NULL);
-    for (const char *p = strstr(ext, "cl_khr_fp16"); p; p = strstr(p + 1, "cl_khr_fp16"))
-        if ((p == ext || p[-1] == ' ') && (p[11] == '\0' || p[11] == ' '))
-            return 1;
-    return 0;
+    size_t size = 0;
+    int found = 0;
+    assert_int_equal(clGetDeviceInfo(h_ctx->device, CL_DEVICE_EXTENSIONS, 0, NULL, &size),
+                     CL_SUCCESS);
+    char *ext = calloc(size + 1, 1);
+    assert_non_null(ext);
+    assert_int_equal(clGetDeviceInfo(h_ctx->device, CL_DEVICE_EXTENSIONS, size, ext, NULL),
+                     CL_SUCCESS);
+    for (const char *p = strstr(ext, "cl_khr_fp16"); p && !found; p = strstr(p + 1, "cl_khr_fp16"))
+        found = (p == ext || p[-1] == ' ') && (p[11] == '\0' || p[11] == ' ');
+    free(ext);
+    return found;
 }
 
 /* half=VARIANT on the real device: accepted (and built with the define) or refused by name. */
@@ -191,17 +197,30 @@ static void test_half(void **s)
     check_half_override("fp16", fp16);
     expect_refused("half=fast", "no variant 'fast'");
     expect_refused("half=bits:VW=8", "no parameter VW");
-    /* the table's choice follows the extension, on made-up devices */
+    /* the table's choice, on made-up devices: fp16 only on Intel's CPU runtime with the
+     * extension (not on PoCL, whose vendor on Intel CPUs is GenuineIntel, nor untested GPUs) */
+    static const struct {
+        cl_device_type type;
+        const char *vendor;
+        int has, fp16;
+    } devs[] = {
+        {CL_DEVICE_TYPE_CPU, "Intel(R) Corporation", 1, 1},
+        {CL_DEVICE_TYPE_CPU, "Intel(R) Corporation", 0, 0},
+        {CL_DEVICE_TYPE_CPU, "GenuineIntel", 1, 0},
+        {CL_DEVICE_TYPE_GPU, "Intel(R) Corporation", 1, 0},
+        {CL_DEVICE_TYPE_GPU, "Advanced Micro Devices, Inc.", 1, 0},
+    };
     static clattn_context dev;
     static char unset[1];
     clattn_tuning t;
-    for (int has = 0; has < 2; has++) {
+    for (size_t i = 0; i < sizeof devs / sizeof devs[0]; i++) {
         memset(&dev, 0, sizeof dev);
-        dev.type = CL_DEVICE_TYPE_GPU;
+        dev.type = devs[i].type;
+        snprintf(dev.vendor, sizeof dev.vendor, "%s", devs[i].vendor);
         dev.tuning = dev.kernel_dir = dev.cache_dir = unset;
-        dev.has_fp16 = has;
+        dev.has_fp16 = devs[i].has;
         assert_int_equal(clattn__tune(&dev, "half", &t), CLATTN_SUCCESS);
-        assert_string_equal(t.variant, has ? "fp16" : "bits");
+        assert_string_equal(t.variant, devs[i].fp16 ? "fp16" : "bits");
     }
 }
 

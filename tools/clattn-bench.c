@@ -1984,8 +1984,8 @@ static const bench_section sections[] = {
     {"gemm", "C = A B (float32, row-major; float16 and bfloat16 A and B into float32 C) vs CLBlast on "
              "the same device and cblas on the host",
      bench_gemm},
-    {"softmax", "masked softmax, ROWS x KEYS from --softmax, random valid lengths, float32, float16 and bfloat16 "
-                "scores and output, GB/s read + written",
+    {"softmax", "masked softmax, ROWS x KEYS from --softmax, random valid lengths, float32, "
+                "float16 and bfloat16 scores and output, GB/s read + written",
      bench_softmax},
     {"attention", "scaled dot-product, 16 heads, d 64, N from --attn-n, plain and causal: fused vs "
                   "unfused vs the naive chain of public ops, GFLOP/s = 4 H N^2 d / time",
@@ -2003,9 +2003,9 @@ static const bench_section sections[] = {
      "d 64, vs none",
      bench_bias},
     {"decode", "KV-cache decoding, one new row, 32 query heads over 8 K/V heads, d 128, B 1 and 8, "
-               "K 4096 and 32768 (full caches), and B 1 K 4096 with 8 query heads (Hq8, one per K/V "
-               "head): GB/s of the cache read once vs a device copy, and over float16 and bfloat16 "
-               "caches (GB/s of the float32 bytes: the speedup)",
+               "K 4096 and 32768 (full caches), and B 1 K 4096 with 8 query heads (Hq8, one per "
+               "K/V head): GB/s of the cache read once vs a device copy, and over float16 and "
+               "bfloat16 caches (GB/s of the float32 bytes: the speedup)",
      bench_decode},
     {"varlen", "packed variable-length batch, 8 sequences of 64-2048 tokens, 16 heads, d 64, "
      "causal: varlen vs the padded fused op", bench_varlen},
@@ -2096,7 +2096,7 @@ static void parse_softmax(bench *b, const char *arg)
 {
     b->nsoftmax = 0;
     for (const char *s = arg; *s;) {
-        char *end, *end2;
+        char *end, *end2 = NULL;
         long r = strtol(s, &end, 10), k = *end == 'x' ? strtol(end + 1, &end2, 10) : 0;
         if (*end != 'x' || end2 == end + 1 || r < 64 || r % 64 || r > 1 << 20 || k < 1 ||
             k > 1 << 20 || (*end2 && *end2 != ','))

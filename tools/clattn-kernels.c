@@ -64,6 +64,8 @@ static const struct {
     {"softmax.cl", "-D ALIGNV=1 -D XT=3 -D YT=2 "},
     {"softmax.cl", "-D VW=16 -D ALIGNV=1 -D XT=3 -D YT=2 "},
     {"softmax.cl", "-D VW=16 -D ALIGNV=1 -D XT=0 -D YT=2 "},
+    {"softmax.cl", "-D VW=16 -D ALIGNV=1 "},
+    {"softmax.cl", "-D VW=16 -D ALIGNV=1 -D XT=2 -D YT=3 "},
     /* cl_khr_fp16's conversions (the half tuning): every file with 16-bit operands, at each
      * vector width; compile.sh enables the extension for these where the target has it */
     {"convert.cl", "-D CLATTN_FP16=1 -D XT=2 -D YT=3 "},
@@ -71,6 +73,7 @@ static const struct {
     {"softmax.cl", "-D CLATTN_FP16=1 -D XT=2 -D YT=2 "},
     {"softmax.cl", "-D CLATTN_FP16=1 -D VW=16 -D ALIGNV=1 -D XT=2 -D YT=2 "},
     {"decode.cl", "-D CLATTN_FP16=1 -D QT=2 -D CT=2 -D NT=2 "},
+    {"decode.cl", "-D CLATTN_FP16=1 -D ALIGN16=1 -D CT=2 "},
     {"matmul.cl", "-D CLATTN_FP16=1 -D AT=2 -D BT=2 "},
     {"flash.cl", "-D CLATTN_FP16=1 -D QT=2 -D KT=2 -D VT=2 -D OT=2 "},
     {"heads.cl", "-D CLATTN_FP16=1 -D XT=2 -D YT=2 "},

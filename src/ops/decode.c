@@ -223,10 +223,12 @@ static clattn_status make_plan(clattn_context *ctx, clattn_tuning *t, const clat
                  clattn__aligned64(ctx, c->v_cache->buf);
     p->gpu = strcmp(t->variant, "gpu") == 0;
     p->RQ = clattn__tune_int(t, "RQ", 4);
-    /* no more rows per item than a K/V head has (G * Qn): the rest would be padding computed and
-     * thrown away (multi-head decoding, one row per head: RQ=4 did 4x the dot products) */
-    if (p->RQ > p->G * p->Qn)
-        clattn__tune_set(t, "RQ", p->RQ = p->G * p->Qn);
+    /* the rows of a K/V head (G * Qn) spread evenly over as few items as RQ allows: more rows
+     * per item would be padding computed and thrown away (multi-head decoding, one row per head:
+     * RQ=4 did 4x the dot products; 5 rows at RQ=4 take 3 + 2, not 4 + 1 and 3 of padding) */
+    int hrows = p->G * p->Qn, items = (hrows + p->RQ - 1) / p->RQ;
+    if ((hrows + items - 1) / items != p->RQ)
+        clattn__tune_set(t, "RQ", p->RQ = (hrows + items - 1) / items);
     p->WG = p->gpu ? clattn__tune_int(t, "WG", 64) : 1;
     p->SK = clattn__tune_int(t, "SK", 256);
     p->scale = scale;

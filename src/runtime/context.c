@@ -173,7 +173,8 @@ clattn_status clattn_context_create(clattn_context **out, const clattn_params *p
     if (clattn__check_tuning(c) != CLATTN_SUCCESS)
         CHECK(NULL, 0, CLATTN_ERROR_INVALID_ARGUMENT, "%s", c->err);
     clattn__load_tune_file(c);
-    CHECK_ST(resolve_half(c));
+    if (resolve_half(c) != CLATTN_SUCCESS)
+        CHECK(NULL, 0, CLATTN_ERROR_INVALID_ARGUMENT, "%s", c->err);
     *out = c;
     return CLATTN_SUCCESS;
 fail:
@@ -212,7 +213,8 @@ clattn_status clattn_context_wrap(clattn_context **out, cl_context context, cl_d
     if (clattn__check_tuning(c) != CLATTN_SUCCESS)
         CHECK(NULL, 0, CLATTN_ERROR_INVALID_ARGUMENT, "%s", c->err);
     clattn__load_tune_file(c);
-    CHECK_ST(resolve_half(c));
+    if (resolve_half(c) != CLATTN_SUCCESS)
+        CHECK(NULL, 0, CLATTN_ERROR_INVALID_ARGUMENT, "%s", c->err);
     *out = c;
     return CLATTN_SUCCESS;
 fail:

@@ -98,12 +98,13 @@ compile_one() {
     amd-*)
         # libclc 15 has no half conversions (convert_float(half) and the like; ROCm's device
         # libraries do): the CLATTN_FP16 sets stop at an object file, unlinked
-        link="-o $out.co"
-        case $2 in *CLATTN_FP16=1*) link="-c -o $out.o" ;; esac
+        opts=$2
+        set -- -o "$out.co"
+        case $opts in *CLATTN_FP16=1*) set -- -c -o "$out.o" ;; esac
         # shellcheck disable=SC2086
         "$clang" -x cl -target amdgcn-amd-amdhsa -nogpulib -mcpu="${target#amd-}" \
-            -Xclang -mlink-builtin-bitcode -Xclang "$libclc" -Wno-linker-warnings -I "$kdir" $2 \
-            "$file" $link >"$out.log" 2>&1
+            -Xclang -mlink-builtin-bitcode -Xclang "$libclc" -Wno-linker-warnings -I "$kdir" \
+            $opts "$file" "$@" >"$out.log" 2>&1
         ;;
     nvidia-*)
         # shellcheck disable=SC2086
