@@ -49,7 +49,7 @@ static const struct {
     {"decode.cl", "-D QT=3 -D CT=2 -D NT=3 "},
     {"decode.cl", "-D ALIGN16=1 -D CT=2 "},
     {"decode.cl", "-D ALIGN16=1 -D CT=3 "},
-    /* RQ clamped to the rows of a K/V head (src/ops/decode.c) */
+    /* RQ lowered to spread a K/V head's rows evenly (src/ops/decode.c) */
     {"decode.cl", "-D RQ=1 -D ALIGN16=1 -D CT=2 "},
     {"decode.cl", "-D RQ=2 "},
     {"matmul.cl", "-D AT=2 -D BT=3 "},

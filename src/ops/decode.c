@@ -218,9 +218,8 @@ static clattn_status make_plan(clattn_context *ctx, clattn_tuning *t, const clat
     p->qt = Q->dtype;
     p->ct = c->k_cache->dtype;
     p->nt = c->k_new ? c->k_new->dtype : CLATTN_FLOAT32;
-    p->align16 = p->d % 16 == 0 && p->dv % 16 == 0 && c->k_cache->offset % 16 == 0 &&
-                 c->v_cache->offset % 16 == 0 && clattn__aligned64(ctx, c->k_cache->buf) &&
-                 clattn__aligned64(ctx, c->v_cache->buf);
+    p->align16 = p->d % 16 == 0 && p->dv % 16 == 0 && clattn__vec_aligned(ctx, c->k_cache, 16) &&
+                 clattn__vec_aligned(ctx, c->v_cache, 16);
     p->gpu = strcmp(t->variant, "gpu") == 0;
     p->RQ = clattn__tune_int(t, "RQ", 4);
     /* the rows of a K/V head (G * Qn) spread evenly over as few items as RQ allows: more rows

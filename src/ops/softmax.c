@@ -152,15 +152,6 @@ fail:
     return st;
 }
 
-/* Whether every row of x and y starts on a vector of VW elements in a 64-byte-aligned buffer
- * (kernels/softmax.cl's ALIGNV: aligned vector moves and F16C conversions on PoCL). */
-static int rows_aligned(const clattn_context *ctx, const clattn_tensor *x, const clattn_tensor *y,
-                        int K, int VW)
-{
-    return K % VW == 0 && x->offset % (size_t)VW == 0 && y->offset % (size_t)VW == 0 &&
-           clattn__aligned64(ctx, x->buf) && clattn__aligned64(ctx, y->buf);
-}
-
 clattn_status clattn__enqueue_softmax(clattn_context *ctx, const clattn_tuning *tune,
                                       const clattn_tensor *x, const clattn_mask_args *m,
                                       const clattn_tensor *y, const clattn_tensor *lse)
@@ -172,9 +163,10 @@ clattn_status clattn__enqueue_softmax(clattn_context *ctx, const clattn_tuning *
     int x_off = (int)x->offset, y_off = (int)y->offset;
     cl_mem lse_buf = lse ? lse->buf : NULL;
     int lse_off = lse ? (int)lse->offset : 0;
-    size_t used = strlen(t.defines);
-    int cpu = strcmp(t.variant, "cpu") == 0;
-    if (cpu && rows_aligned(ctx, x, y, K, clattn__tune_int(&t, "VW", 8)))
+    size_t used = strlen(t.defines), VW = (size_t)clattn__tune_int(&t, "VW", 8);
+    /* every row of x and y on a vector of VW (kernels/softmax.cl's ALIGNV) */
+    if (strcmp(t.variant, "cpu") == 0 && K % (int)VW == 0 && clattn__vec_aligned(ctx, x, VW) &&
+        clattn__vec_aligned(ctx, y, VW))
         snprintf(t.defines + used, sizeof t.defines - used, "-D ALIGNV=1 ");
     CHECK_ST(clattn__rows_kernel(ctx, &t, "softmax.cl", "masked_softmax", x->dtype, y->dtype, &k,
                                  &WG));

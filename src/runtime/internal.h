@@ -176,6 +176,9 @@ clattn_status clattn__check_grad(clattn_context *ctx, const clattn_tensor *d, co
                                  const clattn_tensor *x, const char *xname);
 /* 1 when buf's memory starts on 64 bytes (kernels may then read rows through vector pointers). */
 int clattn__aligned64(const clattn_context *ctx, cl_mem buf);
+/* Whether t starts on a multiple of n elements in a 64-byte-aligned buffer (rows of a multiple of
+ * n elements then start on vectors of n: the kernels' aligned moves). */
+int clattn__vec_aligned(const clattn_context *ctx, const clattn_tensor *t, size_t n);
 /* Fails naming both when an output overlaps an input or another output. All checked views. */
 clattn_status clattn__check_no_overlap(clattn_context *ctx, const clattn_arg *outs, int nouts,
                                        const clattn_arg *ins, int nins);

@@ -276,6 +276,11 @@ int clattn__aligned64(const clattn_context *ctx, cl_mem buf)
     return ctx->base_align >= 64;
 }
 
+int clattn__vec_aligned(const clattn_context *ctx, const clattn_tensor *t, size_t n)
+{
+    return t->offset % n == 0 && clattn__aligned64(ctx, t->buf);
+}
+
 clattn_status clattn__check_grad(clattn_context *ctx, const clattn_tensor *d, const char *name,
                                  const clattn_tensor *x, const char *xname)
 {
