@@ -80,8 +80,10 @@
  * integer conversion, which stays for rows that are not aligned. */
 #if ALIGN16 && CT == 0
 #define ROW16(p, c) (((__global const float16 *)(p))[c])
-#elif ALIGN16 && CT == 2
+#elif ALIGN16 && CT == 2 && CLATTN_FP16 != 2
 #define ROW16(p, c) vload_half16((c), (__global const half *)(p))
+#elif ALIGN16 && CT == 2 /* half=clang: F16C without PoCL's per-lane NaN checks */
+#define ROW16(p, c) clattn_f16_to_f3216(((__global const ushort16 *)(p))[c])
 #elif ALIGN16
 #define ROW16(p, c) clattn_bf16_to_f3216(((__global const ushort16 *)(p))[c])
 #else

@@ -11,7 +11,7 @@
  * cl_khr_fp16 needed) are not used here: PoCL 3.1's 8-wide forms fault on addresses that are not
  * a multiple of 16 bytes, and its scalar ones are ~10x slower than these (kernels that know their
  * rows are aligned use them directly: softmax.cl, decode.cl). With CLATTN_FP16 (the half tuning)
- * float16 converts through cl_khr_fp16 instead, to the same bits. */
+ * float16 converts through cl_khr_fp16 (1) or clang's __fp16 type (2) instead, to the same bits. */
 #ifndef CLATTN_DTYPE_CL
 #define CLATTN_DTYPE_CL
 
@@ -43,7 +43,40 @@
  * addition itself rounds x to float16's subnormal grid (a device that flushes float32 subnormal
  * inputs to 0 gives 0 for them, as rounding does: they are below 2^-25). bfloat16: float32's top
  * half rounded the same way. */
-#if CLATTN_FP16
+#if CLATTN_FP16 == 2
+/* clang's __fp16 storage type (the half tuning's `clang`, taken by default on PoCL's x86 CPU
+ * devices, whose CPUs have F16C): converted by the target's own instructions (F16C's vcvtph2ps /
+ * vcvtps2ph, one per 8 or 16 values), with no cl_khr_fp16 and no library call, to the same bits
+ * as the integer path (round to nearest even, NaN payloads quieted, subnormals both ways). Only a
+ * clang-based compiler has the type. LLVM may fold a NaN test of a converted value into a float16
+ * compare, which x86 lacks and checks lane by lane in scalar code: softmax.cl's MAXV. */
+#ifndef __clang__
+#error "half=clang needs a clang-based OpenCL C compiler (__fp16)"
+#endif
+typedef __fp16 clattn_h2 __attribute__((ext_vector_type(2)));
+typedef __fp16 clattn_h4 __attribute__((ext_vector_type(4)));
+typedef __fp16 clattn_h8 __attribute__((ext_vector_type(8)));
+typedef __fp16 clattn_h16 __attribute__((ext_vector_type(16)));
+static inline float clattn_f16_to_f32(ushort b) { return (float)__builtin_astype(b, __fp16); }
+static inline ushort clattn_f32_to_f16(float f) /* OpenCL C refuses a cast to a scalar half */
+{
+    return __builtin_astype(__builtin_convertvector((float2)(f), clattn_h2), ushort2).s0;
+}
+#define CLATTN_F16_VEC(N)                                                                          \
+    static inline float##N clattn_f16_to_f32##N(ushort##N b)                                     \
+    {                                                                                            \
+        return __builtin_convertvector(__builtin_astype(b, clattn_h##N), float##N);              \
+    }                                                                                            \
+    static inline ushort##N clattn_f32_to_f16##N(float##N f)                                     \
+    {                                                                                            \
+        return __builtin_astype(__builtin_convertvector(f, clattn_h##N), ushort##N);             \
+    }
+#define CLATTN_F16_V /* the scalars: above */
+#define CLATTN_F16_V4 CLATTN_F16_VEC(4)
+#define CLATTN_F16_V8 CLATTN_F16_VEC(8)
+#define CLATTN_F16_V16 CLATTN_F16_VEC(16)
+#define CLATTN_F16_N(N) CLATTN_F16_V##N
+#elif CLATTN_FP16
 /* cl_khr_fp16's conversions (host: the half tuning picks them where the device has the
  * extension): the same bits as the integer ones below, in one instruction where the hardware has
  * it; only conversions, the arithmetic stays float32. */

@@ -184,8 +184,11 @@ static void check_half_override(const char *variant, int fp16)
     assert_int_equal(clattn_context_tuning(c, "half", got, sizeof got), CLATTN_SUCCESS);
     assert_string_equal(got, variant);
     clattn__build_options(c, "", opts, sizeof opts);
-    if ((strstr(opts, "-D CLATTN_FP16=1") != NULL) != (strcmp(variant, "fp16") == 0))
-        fail_msg("half=%s builds with \"%s\"", variant, opts);
+    const char *define = strcmp(variant, "fp16") == 0    ? "-D CLATTN_FP16=1 "
+                         : strcmp(variant, "clang") == 0 ? "-D CLATTN_FP16=2 "
+                                                         : "-D CLATTN_FP16=0 ";
+    if (!strstr(opts, define))
+        fail_msg("half=%s builds with \"%s\", not %s", variant, opts, define);
     clattn_context_destroy(&c);
 }
 
@@ -195,20 +198,38 @@ static void test_half(void **s)
     int fp16 = device_has_fp16();
     check_half_override("bits", fp16);
     check_half_override("fp16", fp16);
+    check_half_override("clang", fp16);
     expect_refused("half=fast", "no variant 'fast'");
     expect_refused("half=bits:VW=8", "no parameter VW");
+    expect_refused("half=clang:VW=8", "no parameter VW");
     /* the table's choice, on made-up devices: fp16 only on Intel's CPU runtime with the
-     * extension (not on PoCL, whose vendor on Intel CPUs is GenuineIntel, nor untested GPUs) */
+     * extension (not on PoCL, whose vendor on Intel CPUs is GenuineIntel, nor untested GPUs);
+     * clang on PoCL's CPU device where LLVM's CPU name has F16C, bits elsewhere */
+    static const char pocl[] = "Portable Computing Language";
     static const struct {
         cl_device_type type;
-        const char *vendor;
-        int has, fp16;
+        const char *vendor, *platform, *name;
+        int has;
+        const char *want;
     } devs[] = {
-        {CL_DEVICE_TYPE_CPU, "Intel(R) Corporation", 1, 1},
-        {CL_DEVICE_TYPE_CPU, "Intel(R) Corporation", 0, 0},
-        {CL_DEVICE_TYPE_CPU, "GenuineIntel", 1, 0},
-        {CL_DEVICE_TYPE_GPU, "Intel(R) Corporation", 1, 0},
-        {CL_DEVICE_TYPE_GPU, "Advanced Micro Devices, Inc.", 1, 0},
+        {CL_DEVICE_TYPE_CPU, "Intel(R) Corporation", "Intel(R) OpenCL", "Intel(R) Xeon(R)", 1,
+         "fp16"},
+        {CL_DEVICE_TYPE_CPU, "Intel(R) Corporation", "Intel(R) OpenCL", "Intel(R) Xeon(R)", 0,
+         "bits"},
+        {CL_DEVICE_TYPE_CPU, "GenuineIntel", pocl, "pthread-skylake-avx512-Intel(R) Xeon(R)", 1,
+         "clang"},
+        {CL_DEVICE_TYPE_CPU, "AuthenticAMD", pocl, "pthread-skylake-avx512-AMD EPYC", 0, "clang"},
+        {CL_DEVICE_TYPE_CPU, "AuthenticAMD", pocl, "pthread-haswell", 0, "clang"},
+        {CL_DEVICE_TYPE_CPU, "AuthenticAMD", pocl, "pthread-znver4", 0, "clang"},
+        {CL_DEVICE_TYPE_CPU, "GenuineIntel", pocl, "pthread-x86-64-v3", 0, "clang"},
+        {CL_DEVICE_TYPE_CPU, "GenuineIntel", pocl, "pthread-x86-64", 0, "bits"},
+        {CL_DEVICE_TYPE_CPU, "GenuineIntel", pocl, "pthread-sandybridge", 0, "bits"},
+        {CL_DEVICE_TYPE_CPU, "ARM", pocl, "pthread-cortex-a72", 0, "bits"},
+        {CL_DEVICE_TYPE_CPU, "GenuineIntel", "Other", "pthread-haswell", 0, "bits"},
+        {CL_DEVICE_TYPE_GPU, "Intel(R) Corporation", "Intel(R) OpenCL Graphics", "Intel(R) Arc", 1,
+         "bits"},
+        {CL_DEVICE_TYPE_GPU, "Advanced Micro Devices, Inc.", "AMD Accelerated Parallel Processing",
+         "gfx1100", 1, "bits"},
     };
     static clattn_context dev;
     static char unset[1];
@@ -217,10 +238,14 @@ static void test_half(void **s)
         memset(&dev, 0, sizeof dev);
         dev.type = devs[i].type;
         snprintf(dev.vendor, sizeof dev.vendor, "%s", devs[i].vendor);
+        snprintf(dev.platform_name, sizeof dev.platform_name, "%s", devs[i].platform);
+        snprintf(dev.name, sizeof dev.name, "%s", devs[i].name);
         dev.tuning = dev.kernel_dir = dev.cache_dir = unset;
         dev.has_fp16 = devs[i].has;
         assert_int_equal(clattn__tune(&dev, "half", &t), CLATTN_SUCCESS);
-        assert_string_equal(t.variant, devs[i].fp16 ? "fp16" : "bits");
+        if (strcmp(t.variant, devs[i].want) != 0)
+            fail_msg("half on %s (%s, %s): %s, expected %s", devs[i].name, devs[i].vendor,
+                     devs[i].platform, t.variant, devs[i].want);
     }
 }
 

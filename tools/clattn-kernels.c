@@ -79,6 +79,15 @@ static const struct {
     {"heads.cl", "-D CLATTN_FP16=1 -D XT=2 -D YT=2 "},
     {"additive.cl", "-D CLATTN_FP16=1 -D QT=2 -D KT=2 -D WT=2 -D ST=2 "},
     {"dropout.cl", "-D CLATTN_FP16=1 -D XT=2 -D YT=2 "},
+    /* clang's __fp16 conversions (half=clang, PoCL's default on x86): dtype.cl's other branch,
+     * and the files that pick their own float16 moves by it */
+    {"convert.cl", "-D CLATTN_FP16=2 -D XT=2 -D YT=3 "},
+    {"softmax.cl", "-D CLATTN_FP16=2 -D XT=2 -D YT=2 "},
+    {"softmax.cl", "-D CLATTN_FP16=2 -D VW=16 -D ALIGNV=1 -D XT=2 -D YT=2 "},
+    {"decode.cl", "-D CLATTN_FP16=2 -D QT=2 -D CT=2 -D NT=2 "},
+    {"decode.cl", "-D CLATTN_FP16=2 -D ALIGN16=1 -D CT=2 "},
+    {"matmul.cl", "-D CLATTN_FP16=2 -D AT=2 -D BT=2 "},
+    {"flash.cl", "-D CLATTN_FP16=2 -D QT=2 -D KT=2 -D VT=2 -D OT=2 "},
     /* the loss kernels build with the softmax variant's defines (src/ops/loss.c) */
     {"loss.cl", "-D VW=8 "},
     {"loss.cl", "-D WG=64 "},

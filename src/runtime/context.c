@@ -84,7 +84,8 @@ static clattn_status resolve_half(clattn_context *c)
 {
     clattn_tuning t;
     clattn_status st = clattn__tune(c, "half", &t);
-    c->fp16_conv = st == CLATTN_SUCCESS && strcmp(t.variant, "fp16") == 0;
+    c->fp16_conv = st != CLATTN_SUCCESS ? 0 : strcmp(t.variant, "fp16") == 0 ? 1
+                                          : strcmp(t.variant, "clang") == 0 ? 2 : 0;
     return st;
 }
 

@@ -52,7 +52,8 @@ struct clattn_context {
     cl_uint base_align;   /* CL_DEVICE_MEM_BASE_ADDR_ALIGN, in bytes */
     cl_uint compute_units;
     int has_fp16;  /* the device has cl_khr_fp16 */
-    int fp16_conv; /* kernels convert float16 through cl_khr_fp16 (the half tuning, context.c) */
+    int fp16_conv; /* how kernels convert float16 (the half tuning, context.c): CLATTN_FP16's
+                    * value, 0 integer bits, 1 cl_khr_fp16, 2 clang's __fp16 */
     /* Loop iterations one work-item may run per launch, 0 = no limit: a device that leaves its
      * loops after a fixed count (Mesa's llvmpipe, see context.c) gets the kernels' work split over
      * several launches, each under the budget (clattn__loop_budget). */

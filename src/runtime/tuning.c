@@ -353,6 +353,10 @@ static const variant_def variants[] = {
      * arithmetic stays float32), built with -D CLATTN_FP16=1. */
     {"half", "bits", "", no_ranges, NULL, NULL},
     {"half", "fp16", "", no_ranges, half_fp16_check, NULL},
+    /* clang's __fp16 storage type, converted by the target's instructions (x86: F16C), with no
+     * cl_khr_fp16: built with -D CLATTN_FP16=2; a compiler without the type fails that build
+     * with dtype.cl's #error in its log. */
+    {"half", "clang", "", no_ranges, NULL, NULL},
 };
 
 typedef struct {
@@ -361,7 +365,7 @@ typedef struct {
     const char *name;    /* case-insensitive substring of the device name (an implementation) */
     cl_uint min_vec;     /* CL_DEVICE_NATIVE_VECTOR_WIDTH_FLOAT at least this, 0 = any */
     const char *op, *variant, *params;
-    int fp16;            /* 1: only on devices with cl_khr_fp16 */
+    int (*when)(const clattn_context *); /* NULL, or a further condition on the device */
 } rule;
 
 /* CPUs with AVX-512 (native float vectors of 16, as PoCL and Intel's CPU runtime report them
@@ -379,32 +383,6 @@ typedef struct {
  * a work-item's loops after 65535 iterations in all (see loop_limited): the GPU shapes. */
 #define LLVMPIPE "llvmpipe"
 
-/* First matching rule wins; the last rules are the catch-alls per op. */
-static const rule rules[] = {
-    {0, NULL, LLVMPIPE, 0, "matmul", "gpu", "", 0},
-    {0, NULL, LLVMPIPE, 0, "softmax", "gpu", "", 0},
-    {0, NULL, LLVMPIPE, 0, "attention", "gpu", "", 0},
-    {0, NULL, LLVMPIPE, 0, "decode", "gpu", "", 0},
-    {0, NULL, LLVMPIPE, 0, "backward", "unfused", "", 0},
-    {CL_DEVICE_TYPE_CPU, NULL, NULL, 16, "matmul", "cpu", AVX512_MATMUL, 0},
-    {CL_DEVICE_TYPE_CPU, NULL, NULL, 0, "matmul", "cpu", "", 0},
-    {CL_DEVICE_TYPE_CPU, NULL, NULL, 0, "softmax", "cpu", "", 0},
-    {0, NULL, NULL, 0, "matmul", "gpu", "", 0},
-    {0, NULL, NULL, 0, "softmax", "gpu", "", 0},
-    {CL_DEVICE_TYPE_CPU, NULL, NULL, 16, "attention", "cpu", "", 0},
-    {CL_DEVICE_TYPE_CPU, NULL, NULL, 0, "attention", "cpu", AVX2_ATTENTION, 0},
-    {0, NULL, NULL, 0, "attention", "gpu", "", 0},
-    {CL_DEVICE_TYPE_CPU, NULL, NULL, 0, "decode", "cpu", "", 0},
-    {0, NULL, NULL, 0, "decode", "gpu", "", 0},
-    {CL_DEVICE_TYPE_CPU, NULL, NULL, 0, "backward", "cpu", "", 0},
-    {0, NULL, NULL, 0, "backward", "unfused", "", 0},
-    /* cl_khr_fp16's conversions by default only where they were checked bit for bit (Intel's CPU
-     * runtime; PoCL's vendor there is "GenuineIntel"): other drivers list the extension with
-     * partial builtins (Mesa's libclc, PoCL 4's CPU device), so they opt in with half=fp16 */
-    {CL_DEVICE_TYPE_CPU, "Intel(R) Corporation", NULL, 0, "half", "fp16", "", 1},
-    {0, NULL, NULL, 0, "half", "bits", "", 0},
-};
-
 static int ci_contains(const char *hay, const char *needle)
 {
     size_t n = strlen(needle);
@@ -413,6 +391,56 @@ static int ci_contains(const char *hay, const char *needle)
             return 1;
     return n == 0;
 }
+
+static int has_fp16(const clattn_context *ctx) { return ctx->has_fp16; }
+
+/* PoCL's CPU device on an x86 CPU with F16C: its device name is "pthread-" and LLVM's name for
+ * the CPU (PoCL 3.1 adds the brand), and its compiler is clang, which lowers __fp16 conversions
+ * to F16C there. LLVM's names of the x86 CPUs that have F16C (Ivy Bridge and later, AMD's
+ * Piledriver, Jaguar and Zen, the x86-64-v3 and v4 levels). */
+static int pocl_f16c(const clattn_context *ctx)
+{
+    static const char *const cpus[] = {"ivybridge", "haswell", "broadwell", "lake", "skx",
+                                       "rapids", "forest", "gracemont", "grandridge", "knl",
+                                       "knm", "znver", "bdver2", "bdver3", "bdver4", "btver2",
+                                       "x86-64-v3", "x86-64-v4"};
+    if (!ci_contains(ctx->platform_name, "Portable Computing Language") ||
+        strncmp(ctx->name, "pthread-", 8) != 0)
+        return 0;
+    for (size_t i = 0; i < sizeof cpus / sizeof cpus[0]; i++)
+        if (ci_contains(ctx->name + 8, cpus[i]))
+            return 1;
+    return 0;
+}
+
+/* First matching rule wins; the last rules are the catch-alls per op. */
+static const rule rules[] = {
+    {0, NULL, LLVMPIPE, 0, "matmul", "gpu", "", NULL},
+    {0, NULL, LLVMPIPE, 0, "softmax", "gpu", "", NULL},
+    {0, NULL, LLVMPIPE, 0, "attention", "gpu", "", NULL},
+    {0, NULL, LLVMPIPE, 0, "decode", "gpu", "", NULL},
+    {0, NULL, LLVMPIPE, 0, "backward", "unfused", "", NULL},
+    {CL_DEVICE_TYPE_CPU, NULL, NULL, 16, "matmul", "cpu", AVX512_MATMUL, NULL},
+    {CL_DEVICE_TYPE_CPU, NULL, NULL, 0, "matmul", "cpu", "", NULL},
+    {CL_DEVICE_TYPE_CPU, NULL, NULL, 0, "softmax", "cpu", "", NULL},
+    {0, NULL, NULL, 0, "matmul", "gpu", "", NULL},
+    {0, NULL, NULL, 0, "softmax", "gpu", "", NULL},
+    {CL_DEVICE_TYPE_CPU, NULL, NULL, 16, "attention", "cpu", "", NULL},
+    {CL_DEVICE_TYPE_CPU, NULL, NULL, 0, "attention", "cpu", AVX2_ATTENTION, NULL},
+    {0, NULL, NULL, 0, "attention", "gpu", "", NULL},
+    {CL_DEVICE_TYPE_CPU, NULL, NULL, 0, "decode", "cpu", "", NULL},
+    {0, NULL, NULL, 0, "decode", "gpu", "", NULL},
+    {CL_DEVICE_TYPE_CPU, NULL, NULL, 0, "backward", "cpu", "", NULL},
+    {0, NULL, NULL, 0, "backward", "unfused", "", NULL},
+    /* cl_khr_fp16's conversions by default only where they were checked bit for bit (Intel's CPU
+     * runtime; PoCL's vendor there is "GenuineIntel"): other drivers list the extension with
+     * partial builtins (Mesa's libclc, PoCL 4's CPU device), so they opt in with half=fp16 */
+    {CL_DEVICE_TYPE_CPU, "Intel(R) Corporation", NULL, 0, "half", "fp16", "", has_fp16},
+    /* PoCL on x86 with F16C: one instruction per 8 or 16 conversions, where the integer path
+     * takes about 20 (BENCHMARKS.md) */
+    {CL_DEVICE_TYPE_CPU, NULL, NULL, 0, "half", "clang", "", pocl_f16c},
+    {0, NULL, NULL, 0, "half", "bits", "", NULL},
+};
 
 static const variant_def *find_variant(const char *op, const char *variant, size_t vlen)
 {
@@ -583,7 +611,7 @@ static clattn_status table_choice(clattn_context *ctx, const char *op, clattn_tu
         if (strcmp(r->op, op) == 0 && (!r->type || (r->type & ctx->type)) &&
             (!r->vendor || ci_contains(ctx->vendor, r->vendor)) &&
             (!r->name || ci_contains(ctx->name, r->name)) && ctx->native_float >= r->min_vec &&
-            (!r->fp16 || ctx->has_fp16))
+            (!r->when || r->when(ctx)))
             break;
     }
     CHECK(ctx, i < n, CLATTN_ERROR_INVALID_ARGUMENT, "tuning: no rule for op %s", op);
