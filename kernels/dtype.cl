@@ -49,7 +49,7 @@
  * vcvtps2ph, one per 8 or 16 values), with no cl_khr_fp16 and no library call, to the same bits
  * as the integer path (round to nearest even, NaN payloads quieted, subnormals both ways). Only a
  * clang-based compiler has the type. LLVM may fold a NaN test of a converted value into a float16
- * compare, which x86 lacks and checks lane by lane in scalar code: softmax.cl's MAXV. */
+ * compare, which x86 lacks and checks lane by lane in scalar code: softmax.cl's maxv. */
 #ifndef __clang__
 #error "half=clang needs a clang-based OpenCL C compiler (__fp16)"
 #endif

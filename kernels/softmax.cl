@@ -215,8 +215,10 @@ static inline float biased(__global const XTYPE *xr, int k, addend ad)
  * or at the fill, which the host holds to non-NaN, and takes only ordered scores): a NaN score is
  * passed over as fmax passes it. Not fmax itself: with half=clang LLVM folds fmax's NaN test of a
  * converted float16 into a float16 compare, which x86 has not, and tests every lane in scalar
- * code (float16 rows became 2x slower than with the integer conversion). */
-#define MAXV(m, v) ((v) > (m) ? (v) : (m))
+ * code (float16 rows became 2x slower than with the integer conversion). Functions, so that each
+ * score expression is written once. */
+static inline floatV maxv(floatV m, floatV v) { return v > m ? v : m; }
+static inline float max1(float m, float v) { return v > m ? v : m; }
 
 /* Horizontal reductions of a floatV. The upper half is gathered by components rather than .hi:
  * Oclgrind 21.10 takes shuffle lane 11 for undefined and reports it as uninitialized (compilers
@@ -254,9 +256,9 @@ static inline float softmax_prefix(__global const XTYPE *xr, __global YTYPE *yr,
     floatV mv = (floatV)(-INFINITY);
     float m = limit < K ? fill : -INFINITY;
     for (k = 0; k < lv; k += VW)
-        mv = MAXV(mv, LDXV(xr + k));
+        mv = maxv(mv, LDXV(xr + k));
     for (; k < limit; k++)
-        m = MAXV(m, LDX(xr + k));
+        m = max1(m, LDX(xr + k));
     m = fmax(m, hmax(mv));
     m = m == -INFINITY ? 0.0f : m; /* see the top of the file */
 
@@ -319,9 +321,9 @@ __kernel void masked_softmax_rows(__global const XTYPE *x, int x_off, __global Y
     floatV mv = (floatV)(-INFINITY);
     float m = -INFINITY;
     for (k = 0; k < kv; k += VW)
-        mv = MAXV(mv, masked_vec(xr, k, lo, limit, mrow, ms.w, fill, ad));
+        mv = maxv(mv, masked_vec(xr, k, lo, limit, mrow, ms.w, fill, ad));
     for (; k < K; k++)
-        m = MAXV(m, clattn_masked(biased(xr, k, ad), k, lo, limit, mrow, ms.w, fill));
+        m = max1(m, clattn_masked(biased(xr, k, ad), k, lo, limit, mrow, ms.w, fill));
     m = fmax(m, hmax(mv));
     m = m == -INFINITY ? 0.0f : m;
 
@@ -374,7 +376,7 @@ void masked_softmax_wg(__global const XTYPE *x, int x_off, __global YTYPE *y, in
 
     float m = -INFINITY;
     for (int k = t; k < K; k += WG)
-        m = MAXV(m, clattn_masked(biased(xr, k, ad), k, lo, limit, mrow, ms.w, fill));
+        m = max1(m, clattn_masked(biased(xr, k, ad), k, lo, limit, mrow, ms.w, fill));
     red[t] = m;
     barrier(CLK_LOCAL_MEM_FENCE);
     for (int w = WG / 2; w > 0; w >>= 1) {

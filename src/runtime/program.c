@@ -14,11 +14,11 @@ int clattn__build_options(const clattn_context *ctx, const char *defines, char *
      * AVX-512, "N warnings generated" for every float16 helper, clang's -Wpsabi); the kernels are
      * held to warning-free strict builds offline instead (the portability suite), and a failed
      * build still reports its log. */
-    return snprintf(buf, size, "-cl-std=CL1.2 -cl-mad-enable -w -D CLATTN_DEVICE_%s=1 "
-                    "-D CLATTN_FP16=%d %s",
+    static const char *const half[] = {"", "-D CLATTN_FP16=1 ", "-D CLATTN_FP16=2 "};
+    return snprintf(buf, size, "-cl-std=CL1.2 -cl-mad-enable -w -D CLATTN_DEVICE_%s=1 %s%s",
              (ctx->type & CL_DEVICE_TYPE_GPU) ? "GPU" : (ctx->type & CL_DEVICE_TYPE_CPU) ? "CPU"
                                                                                       : "OTHER",
-             ctx->fp16_conv, defines ? defines : "");
+             half[ctx->fp16_conv], defines ? defines : "");
 }
 
 char *clattn__dtype_define(char *buf, size_t size, const char *name, clattn_dtype dtype)

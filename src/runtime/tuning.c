@@ -394,21 +394,27 @@ static int ci_contains(const char *hay, const char *needle)
 
 static int has_fp16(const clattn_context *ctx) { return ctx->has_fp16; }
 
-/* PoCL's CPU device on an x86 CPU with F16C: its device name is "pthread-" and LLVM's name for
- * the CPU (PoCL 3.1 adds the brand), and its compiler is clang, which lowers __fp16 conversions
- * to F16C there. LLVM's names of the x86 CPUs that have F16C (Ivy Bridge and later, AMD's
- * Piledriver, Jaguar and Zen, the x86-64-v3 and v4 levels). */
+/* PoCL's CPU device on an x86 CPU with F16C: its device name is "pthread-" (PoCL 3; "cpu-" in
+ * later releases) and LLVM's name for the CPU (PoCL 3.1 appends the brand), and its compiler is
+ * clang, which lowers __fp16 conversions to F16C there. LLVM's names of the x86 CPUs that have
+ * F16C: Ivy Bridge and later (every "...lake" but Lakemont, Quark's), the Xeon Phis, AMD's
+ * Piledriver and later, Jaguar and Zen, the x86-64-v3 and v4 levels. */
 static int pocl_f16c(const clattn_context *ctx)
 {
-    static const char *const cpus[] = {"ivybridge", "haswell", "broadwell", "lake", "skx",
-                                       "rapids", "forest", "gracemont", "grandridge", "knl",
-                                       "knm", "znver", "bdver2", "bdver3", "bdver4", "btver2",
-                                       "x86-64-v3", "x86-64-v4"};
-    if (!ci_contains(ctx->platform_name, "Portable Computing Language") ||
-        strncmp(ctx->name, "pthread-", 8) != 0)
+    static const char *const cpus[] = {
+        "ivybridge", "core-avx-i", "haswell", "core-avx2", "broadwell", "skylake", "skx",
+        "cascadelake", "cooperlake", "cannonlake", "icelake", "tigerlake", "rocketlake",
+        "alderlake", "raptorlake", "meteorlake", "arrowlake", "lunarlake", "pantherlake",
+        "sapphirerapids", "emeraldrapids", "graniterapids", "sierraforest", "clearwaterforest",
+        "gracemont", "grandridge", "knl", "knm", "znver", "bdver2", "bdver3", "bdver4", "btver2",
+        "x86-64-v3", "x86-64-v4"};
+    const char *cpu = strncmp(ctx->name, "pthread-", 8) == 0 ? ctx->name + 8
+                      : strncmp(ctx->name, "cpu-", 4) == 0   ? ctx->name + 4
+                                                             : NULL;
+    if (!cpu || !ci_contains(ctx->platform_name, "Portable Computing Language"))
         return 0;
     for (size_t i = 0; i < sizeof cpus / sizeof cpus[0]; i++)
-        if (ci_contains(ctx->name + 8, cpus[i]))
+        if (strncasecmp(cpu, cpus[i], strlen(cpus[i])) == 0)
             return 1;
     return 0;
 }
