@@ -163,11 +163,11 @@ clattn_status clattn__enqueue_softmax(clattn_context *ctx, const clattn_tuning *
     int x_off = (int)x->offset, y_off = (int)y->offset;
     cl_mem lse_buf = lse ? lse->buf : NULL;
     int lse_off = lse ? (int)lse->offset : 0;
-    size_t used = strlen(t.defines), VW = (size_t)clattn__tune_int(&t, "VW", 8);
+    size_t VW = (size_t)clattn__tune_int(&t, "VW", 8);
     /* every row of x and y on a vector of VW (kernels/softmax.cl's ALIGNV) */
     if (strcmp(t.variant, "cpu") == 0 && K % (int)VW == 0 && clattn__vec_aligned(ctx, x, VW) &&
         clattn__vec_aligned(ctx, y, VW))
-        snprintf(t.defines + used, sizeof t.defines - used, "-D ALIGNV=1 ");
+        clattn__define(t.defines, sizeof t.defines, "ALIGNV", 1);
     CHECK_ST(clattn__rows_kernel(ctx, &t, "softmax.cl", "masked_softmax", x->dtype, y->dtype, &k,
                                  &WG));
     CHECK_ST(clattn__set_args(ctx, k, "masked_softmax", ARG(x->buf), ARG(x_off), ARG(y->buf),

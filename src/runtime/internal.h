@@ -222,6 +222,9 @@ clattn_status clattn__cast_in(clattn_context *ctx, const clattn_tensor *const *t
                               int n, clattn_tensor *out);
 clattn_status clattn__cast_out(clattn_context *ctx, const clattn_tensor *t32,
                                const clattn_tensor *t);
+/* Appends "-D name=value " to the build options in buf (as much as fits); the dtype form appends
+ * nothing for float32, the kernels' default. Both return buf. */
+char *clattn__define(char *buf, size_t size, const char *name, int value);
 char *clattn__dtype_define(char *buf, size_t size, const char *name, clattn_dtype dtype);
 #define ARG(x) sizeof(x), (const void *)&(x)
 #define ARGS_END ((size_t)0)

@@ -14,19 +14,26 @@ int clattn__build_options(const clattn_context *ctx, const char *defines, char *
      * AVX-512, "N warnings generated" for every float16 helper, clang's -Wpsabi); the kernels are
      * held to warning-free strict builds offline instead (the portability suite), and a failed
      * build still reports its log. */
-    static const char *const half[] = {"", "-D CLATTN_FP16=1 ", "-D CLATTN_FP16=2 "};
+    char half[32] = "";
+    if (ctx->fp16_conv)
+        clattn__define(half, sizeof half, "CLATTN_FP16", ctx->fp16_conv);
     return snprintf(buf, size, "-cl-std=CL1.2 -cl-mad-enable -w -D CLATTN_DEVICE_%s=1 %s%s",
              (ctx->type & CL_DEVICE_TYPE_GPU) ? "GPU" : (ctx->type & CL_DEVICE_TYPE_CPU) ? "CPU"
                                                                                       : "OTHER",
-             half[ctx->fp16_conv], defines ? defines : "");
+             half, defines ? defines : "");
+}
+
+char *clattn__define(char *buf, size_t size, const char *name, int value)
+{
+    size_t used = strlen(buf);
+    if (used < size)
+        snprintf(buf + used, size - used, "-D %s=%d ", name, value);
+    return buf;
 }
 
 char *clattn__dtype_define(char *buf, size_t size, const char *name, clattn_dtype dtype)
 {
-    size_t used = strlen(buf);
-    if (dtype != CLATTN_FLOAT32 && used < size)
-        snprintf(buf + used, size - used, "-D %s=%d ", name, (int)dtype);
-    return buf;
+    return dtype != CLATTN_FLOAT32 ? clattn__define(buf, size, name, (int)dtype) : buf;
 }
 
 static char *read_file(const char *path)

@@ -572,15 +572,13 @@ static clattn_status start_variant(clattn_context *ctx, clattn_tuning *t, const 
 
 static void write_defines(clattn_tuning *t)
 {
-    size_t used = 0;
     t->defines[0] = '\0';
-    for (int i = 0; i < t->nparams && used < sizeof t->defines; i++)
+    for (int i = 0; i < t->nparams; i++)
         /* host-side: kernels never see them (LOOPS: the loop budget; SK: decode's split, CH:
          * the backward's key chunks, kernel arguments), so they build no programs of their own */
         if (strcmp(t->names[i], "LOOPS") != 0 && strcmp(t->names[i], "SK") != 0 &&
             strcmp(t->names[i], "CH") != 0)
-            used += (size_t)snprintf(t->defines + used, sizeof t->defines - used, "-D %s=%d ",
-                                 t->names[i], t->values[i]);
+            clattn__define(t->defines, sizeof t->defines, t->names[i], t->values[i]);
 }
 
 void clattn__tune_set(clattn_tuning *t, const char *name, int value)
