@@ -3,14 +3,16 @@
  * Every figure is the median of repeated runs after warm-up; each run is bracketed by clFinish and
  * timed with CLOCK_MONOTONIC. Every implementation's result is checked against a reference before it
  * is timed; a wrong result is reported and makes the tool exit 1. Ratios are clattn / peer, from
- * figures measured in this same run.
+ * figures measured in this same run; where an issue sets a target on the ratio (against a device
+ * copy, full causal, Hkv = Hq, no bias, a float32 cache), the two are timed in alternation.
  *
  *     clattn-bench [--only gemm,softmax,attention,mha,additive] [--sizes 1024,2048|MxNxK,...] [--reps N] [--json] ...
  *
  * Adding a section (attention, multi-head, ...): write `static void bench_NAME(bench *b)` that, per
  * case, prepares inputs, runs each implementation once and checks it (bench_check_fail on a
  * mismatch), times it with bench_time() and records it with bench_record() (clattn's own row first,
- * then the peers, whose ratio is taken against it); then add a line to `sections` below. The shared
+ * then the peers, whose ratio is taken against it), or a pair in alternation with
+ * bench_record_pair(); then add a line to `sections` below. The shared
  * options (--sizes, --reps, --max-time) and both output formats come for free. */
 #include <clattn.h>
 #include <errno.h>
@@ -124,36 +126,62 @@ typedef struct {
     int reps;
 } bench_timing;
 
-/* Median seconds of fn after b->warmup untimed runs. Device runs (device = 1) are bracketed by
- * clFinish so each one's time covers its whole execution. Runs stop after b->reps or once b->max_time
- * is spent, but never below 3. */
-static bench_timing bench_time(bench *b, bench_run_fn fn, void *arg, int device)
+/* One run of fn, its seconds; device runs (device = 1) are bracketed by clFinish so that the time
+ * covers the whole execution. */
+static double bench_run_once(bench *b, bench_run_fn fn, void *arg, int device, const char *what)
 {
-    double t[1024];
-    bench_timing r = {0, 0};
-    for (int i = 0; i < b->warmup; i++) {
-        if (fn(b, arg) != 0)
-            die("%s: warm-up run failed", b->section);
-        if (device)
-            clFinish(b->queue);
-    }
-    double spent = 0;
-    int n = 0, max = b->reps < 1024 ? b->reps : 1024;
-    while (n < max && (n < 3 || spent < b->max_time)) {
-        if (device)
-            clFinish(b->queue);
-        double t0 = now_s();
-        if (fn(b, arg) != 0)
-            die("%s: timed run failed", b->section);
-        if (device)
-            clFinish(b->queue);
-        t[n] = now_s() - t0;
-        spent += t[n++];
-    }
+    if (device)
+        clFinish(b->queue);
+    double t0 = now_s();
+    if (fn(b, arg) != 0)
+        die("%s: %s run failed", b->section, what);
+    if (device)
+        clFinish(b->queue);
+    return now_s() - t0;
+}
+
+static bench_timing bench_median(double *t, int n)
+{
+    bench_timing r;
     qsort(t, (size_t)n, sizeof t[0], cmp_double);
     r.median_s = n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
     r.reps = n;
     return r;
+}
+
+/* Median seconds of fn after b->warmup untimed runs. Runs stop after b->reps or once b->max_time
+ * is spent, but never below 3. */
+static bench_timing bench_time(bench *b, bench_run_fn fn, void *arg, int device)
+{
+    double t[1024], spent = 0;
+    for (int i = 0; i < b->warmup; i++)
+        bench_run_once(b, fn, arg, device, "warm-up");
+    int n = 0, max = b->reps < 1024 ? b->reps : 1024;
+    while (n < max && (n < 3 || spent < b->max_time))
+        spent += t[n++] = bench_run_once(b, fn, arg, device, "timed");
+    return bench_median(t, n);
+}
+
+/* Medians of two device implementations timed in alternation (A, B, A, B, ...) after each one's
+ * warm-up, as bench_time stops (b->max_time for each): the shared host's load swings figures up
+ * to 2x between calls and within one, and alternating puts both sides of a ratio under the same
+ * swings. */
+static void bench_time_pair(bench *b, bench_run_fn fa, void *aa, bench_run_fn fb, void *ab,
+                            bench_timing *ta, bench_timing *tb)
+{
+    double t[2][1024], spent = 0;
+    for (int i = 0; i < b->warmup; i++) {
+        bench_run_once(b, fa, aa, 1, "warm-up");
+        bench_run_once(b, fb, ab, 1, "warm-up");
+    }
+    int n = 0, max = b->reps < 1024 ? b->reps : 1024;
+    while (n < max && (n < 3 || spent < 2 * b->max_time)) {
+        spent += t[0][n] = bench_run_once(b, fa, aa, 1, "timed");
+        spent += t[1][n] = bench_run_once(b, fb, ab, 1, "timed");
+        n++;
+    }
+    *ta = bench_median(t[0], n);
+    *tb = bench_median(t[1], n);
 }
 
 /* Records a figure: value = work / median seconds (work in the unit's numerator, e.g. GFLOP).
@@ -182,6 +210,17 @@ static void bench_record(bench *b, const char *name, const char *impl, int peer,
             fprintf(stderr, "  (clattn %.2fx)", r->ratio);
         fprintf(stderr, "\n");
     }
+}
+
+/* Times clattn's fa and its peer fb in alternation (bench_time_pair) and records both rows. */
+static void bench_record_pair(bench *b, const char *name, const char *impl_a, bench_run_fn fa,
+                              void *aa, const char *impl_b, bench_run_fn fb, void *ab, double work,
+                              const char *unit, double err)
+{
+    bench_timing ta, tb;
+    bench_time_pair(b, fa, aa, fb, ab, &ta, &tb);
+    bench_record(b, name, impl_a, 0, work, unit, ta, err);
+    bench_record(b, name, impl_b, 1, work, unit, tb, 0);
 }
 
 /* Reports a result that failed its check; the figure is not recorded. */
@@ -517,10 +556,8 @@ static void bench_softmax_dtype(bench *b, clattn_dtype dt, bench_size shape)
     if (worst > tol) {
         bench_check_fail(b, name, "clattn", worst, tol);
     } else {
-        bench_record(b, name, "clattn", 0, 1e-9 * (double)s.bytes, "GB/s",
-                     bench_time(b, softmax_run_clattn, &s, 1), worst);
-        bench_record(b, name, "clEnqueueCopyBuffer", 1, 1e-9 * (double)s.bytes, "GB/s",
-                     bench_time(b, softmax_run_copy, &s, 1), 0);
+        bench_record_pair(b, name, "clattn", softmax_run_clattn, &s, "clEnqueueCopyBuffer",
+                          softmax_run_copy, &s, 1e-9 * (double)s.bytes, "GB/s", worst);
     }
     clattn_tensor_release(&s.x);
     clattn_tensor_release(&s.y);
@@ -760,18 +797,28 @@ static void bench_attention(bench *b)
 #define GQA_HKV 8
 #define GQA_D 128
 
-/* Checks a's fused output on sampled rows, then times it (peer: the figure others compare to);
- * releases a. */
-static void fused_record(bench *b, att_case *a, const char *name, const char *impl, int peer,
-                         double gflop)
+/* Checks the fused outputs of a[0] (clattn's row) and a[1] (its peer) on sampled rows, then times
+ * them in alternation (bench_time_pair); releases both. */
+static void fused_pair(bench *b, att_case *a, const char *name, const char *const *impls,
+                       double gflop)
 {
-    double err = att_error(b, a, att_run_fused);
-    if (err > ATT_TOL)
-        bench_check_fail(b, name, impl, err, ATT_TOL);
-    else
-        bench_record(b, name, impl, peer, gflop, "GFLOP/s", bench_time(b, att_run_fused, a, 1),
-                     err);
-    att_free(a);
+    double err[2];
+    int good = 1;
+    for (int i = 0; i < 2; i++) {
+        err[i] = att_error(b, &a[i], att_run_fused);
+        if (err[i] > ATT_TOL) {
+            bench_check_fail(b, name, impls[i], err[i], ATT_TOL);
+            good = 0;
+        }
+    }
+    if (good) {
+        bench_timing t[2];
+        bench_time_pair(b, att_run_fused, &a[0], att_run_fused, &a[1], &t[0], &t[1]);
+        for (int i = 0; i < 2; i++)
+            bench_record(b, name, impls[i], i, gflop, "GFLOP/s", t[i], err[i]);
+    }
+    att_free(&a[0]);
+    att_free(&a[1]);
 }
 
 /* The fused kernel on grouped heads against the same kernel with one K/V head per query head
@@ -784,11 +831,10 @@ static void gqa_one(bench *b, size_t n, int causal)
     snprintf(name, sizeof name, "B1 Hq%d Hkv%d N%zu d%d%s", GQA_HQ, GQA_HKV, n, GQA_D,
              causal ? " causal" : "");
     double gflop = 4e-9 * GQA_HQ * (double)n * (double)n * GQA_D;
-    for (int i = 0; i < 2; i++) {
-        att_case a;
-        att_make(b, &a, GQA_HQ, kv[i], n, GQA_D, causal, 0);
-        fused_record(b, &a, name, impls[i], i > 0, gflop);
-    }
+    att_case a[2];
+    for (int i = 0; i < 2; i++)
+        att_make(b, &a[i], GQA_HQ, kv[i], n, GQA_D, causal, 0);
+    fused_pair(b, a, name, impls, gflop);
 }
 
 /* ---- sliding window: 8 heads, d 64, N 8192, causal, a window of 512 keys vs none ---- */
@@ -806,15 +852,15 @@ static void bench_window(bench *b)
     snprintf(name, sizeof name, "H%d N%d d%d causal", WIN_H, WIN_N, WIN_D);
     /* the dense count for both: the window's speed-up shows as a higher figure */
     double gflop = 4e-9 * WIN_H * (double)WIN_N * (double)WIN_N * WIN_D;
+    att_case a[2];
     for (int i = 0; i < 2; i++) {
-        att_case a;
-        att_make(b, &a, WIN_H, 0, WIN_N, WIN_D, 1, 0);
-        a.window_left = lefts[i];
-        a.opts.mask.window = lefts[i] > 0;
-        a.opts.mask.window_left = lefts[i];
-        a.opts.mask.window_right = -1;
-        fused_record(b, &a, name, impls[i], i > 0, gflop);
+        att_make(b, &a[i], WIN_H, 0, WIN_N, WIN_D, 1, 0);
+        a[i].window_left = lefts[i];
+        a[i].opts.mask.window = lefts[i] > 0;
+        a[i].opts.mask.window_left = lefts[i];
+        a[i].opts.mask.window_right = -1;
     }
+    fused_pair(b, a, name, impls, gflop);
 }
 
 static void bench_gqa(bench *b)
@@ -902,10 +948,9 @@ static void bench_merge(bench *b)
     if (err > 1e-5) {
         bench_check_fail(b, name, "clattn_attention_merge", err, 1e-5);
     } else {
-        bench_record(b, name, "clattn_attention_merge", 0, 1e-9 * (double)m.bytes, "GB/s",
-                     bench_time(b, merge_run, &m, 1), err);
-        bench_record(b, name, "clEnqueueCopyBuffer", 1, 1e-9 * (double)m.bytes, "GB/s",
-                     bench_time(b, merge_run_copy, &m, 1), 0);
+        bench_record_pair(b, name, "clattn_attention_merge", merge_run, &m,
+                          "clEnqueueCopyBuffer", merge_run_copy, &m, 1e-9 * (double)m.bytes,
+                          "GB/s", err);
     }
     for (int i = 0; i < MERGE_N; i++) {
         clattn_tensor_release(&m.outs[i]);
@@ -919,32 +964,33 @@ static void bench_merge(bench *b)
 }
 
 /* The fused kernel with a float bias (N, N) shared by the heads (a relative-position bias, 4 MiB
- * at N 1024), and with ALiBi slopes (H), against without. Bias and slopes are zeros, so that the
- * unbiased reference checks the output (their values do not change the work; the tests check
- * nonzero ones). */
+ * at N 1024), and with ALiBi slopes (H), each against without (timed in alternation with it).
+ * Bias and slopes are zeros, so that the unbiased reference checks the output (their values do
+ * not change the work; the tests check nonzero ones). */
 static void bench_bias(bench *b)
 {
-    static const char *const impls[3] = {"clattn fused + bias (N, N)", "clattn fused + ALiBi (H)",
-                                         "clattn fused"};
+    static const char *const impls[2][2] = {{"clattn fused + bias (N, N)", "clattn fused"},
+                                            {"clattn fused + ALiBi (H)", "clattn fused"}};
     char name[48];
     size_t n = LSE_N, bd[2] = {LSE_N, LSE_N}, sd[1] = {LSE_H};
     float *hb = calloc(n * n, sizeof *hb); /* zeros: the check against the unbiased reference */
+    clattn_tensor bias, slopes;
     if (!hb)
         die("out of memory");
+    ok(b, clattn_tensor_create(b->ctx, CLATTN_FLOAT32, 2, bd, hb, &bias), "create bias");
+    ok(b, clattn_tensor_create(b->ctx, CLATTN_FLOAT32, 1, sd, hb, &slopes), "create slopes");
     snprintf(name, sizeof name, "H%d N%d d%d", LSE_H, LSE_N, LSE_D);
     double gflop = 4e-9 * LSE_H * (double)LSE_N * LSE_N * LSE_D;
-    for (int i = 0; i < 3; i++) {
-        att_case a;
-        clattn_tensor bias, slopes;
-        att_make(b, &a, LSE_H, 0, LSE_N, LSE_D, 0, 0);
-        ok(b, clattn_tensor_create(b->ctx, CLATTN_FLOAT32, 2, bd, hb, &bias), "create bias");
-        ok(b, clattn_tensor_create(b->ctx, CLATTN_FLOAT32, 1, sd, hb, &slopes), "create slopes");
-        a.opts.bias = i == 0 ? &bias : NULL;
-        a.opts.alibi_slopes = i == 1 ? &slopes : NULL;
-        fused_record(b, &a, name, impls[i], i == 2, gflop);
-        clattn_tensor_release(&bias);
-        clattn_tensor_release(&slopes);
+    for (int j = 0; j < 2; j++) {
+        att_case a[2];
+        for (int i = 0; i < 2; i++)
+            att_make(b, &a[i], LSE_H, 0, LSE_N, LSE_D, 0, 0);
+        a[0].opts.bias = j == 0 ? &bias : NULL;
+        a[0].opts.alibi_slopes = j == 1 ? &slopes : NULL;
+        fused_pair(b, a, name, impls[j], gflop);
     }
+    clattn_tensor_release(&bias);
+    clattn_tensor_release(&slopes);
     free(hb);
 }
 
@@ -955,16 +1001,15 @@ static void bench_lse(bench *b)
     char name[48];
     snprintf(name, sizeof name, "H%d N%d d%d", LSE_H, LSE_N, LSE_D);
     double gflop = 4e-9 * LSE_H * (double)LSE_N * LSE_N * LSE_D;
-    for (int i = 0; i < 2; i++) {
-        att_case a;
-        clattn_tensor lse;
-        att_make(b, &a, LSE_H, 0, LSE_N, LSE_D, 0, 0);
-        ok(b, clattn_tensor_create(b->ctx, CLATTN_FLOAT32, 2, (size_t[]){LSE_H, LSE_N}, NULL, &lse),
-           "create lse");
-        a.opts.lse = i == 0 ? &lse : NULL;
-        fused_record(b, &a, name, impls[i], i > 0, gflop);
-        clattn_tensor_release(&lse);
-    }
+    att_case a[2];
+    clattn_tensor lse;
+    for (int i = 0; i < 2; i++)
+        att_make(b, &a[i], LSE_H, 0, LSE_N, LSE_D, 0, 0);
+    ok(b, clattn_tensor_create(b->ctx, CLATTN_FLOAT32, 2, (size_t[]){LSE_H, LSE_N}, NULL, &lse),
+       "create lse");
+    a[0].opts.lse = &lse;
+    fused_pair(b, a, name, impls, gflop);
+    clattn_tensor_release(&lse);
     bench_merge(b);
 }
 
@@ -1068,11 +1113,16 @@ static void dec_16bit(bench *b, dec_case *c, const char *name, const float *q, c
     char impl[64];
     snprintf(impl, sizeof impl, "decode, %s cache", dt == CLATTN_FLOAT16 ? "float16" : "bfloat16");
     double err = dec_error(b, &h, q, kr, vr, K);
-    if (err > ATT_TOL)
+    if (err > ATT_TOL) {
         bench_check_fail(b, name, impl, err, ATT_TOL);
-    else
-        bench_record(b, name, impl, 1, 1e-9 * (double)c->bytes, "GB/s",
-                     bench_time(b, dec_run, &h, 1), err);
+    } else {
+        /* the ratio against the float32 cache timed in alternation with this one (not against
+         * the float32 row above, timed apart) */
+        bench_timing t32, t16;
+        bench_time_pair(b, dec_run, c, dec_run, &h, &t32, &t16);
+        b->clattn_value = 1e-9 * (double)c->bytes / t32.median_s;
+        bench_record(b, name, impl, 1, 1e-9 * (double)c->bytes, "GB/s", t16, err);
+    }
     clattn_tensor_release(&h.kc);
     clattn_tensor_release(&h.vc);
     free(kr);
@@ -1115,10 +1165,9 @@ static void dec_one(bench *b, size_t B, size_t K, size_t hq)
     if (err > ATT_TOL) {
         bench_check_fail(b, name, "clattn_decode_attention", err, ATT_TOL);
     } else {
-        bench_record(b, name, "clattn_decode_attention", 0, 1e-9 * (double)c.bytes, "GB/s",
-                     bench_time(b, dec_run, &c, 1), err);
-        bench_record(b, name, "clEnqueueCopyBuffer", 1, 1e-9 * (double)c.bytes, "GB/s",
-                     bench_time(b, dec_run_copy, &c, 1), 0);
+        bench_record_pair(b, name, "clattn_decode_attention", dec_run, &c,
+                          "clEnqueueCopyBuffer", dec_run_copy, &c, 1e-9 * (double)c.bytes, "GB/s",
+                          err);
         dec_16bit(b, &c, name, q, k, v, kn, K, CLATTN_FLOAT16);
         dec_16bit(b, &c, name, q, k, v, kn, K, CLATTN_BFLOAT16);
     }
@@ -1959,10 +2008,9 @@ static void bench_loss(bench *b)
     if (err > 1e-4) {
         bench_check_fail(b, name, "clattn forward + backward", err, 1e-4);
     } else {
-        bench_record(b, name, "clattn forward + backward", 0, 1e-9 * (double)c.bytes, "GB/s",
-                     bench_time(b, loss_run, &c, 1), err);
-        bench_record(b, name, "clEnqueueCopyBuffer (logits)", 1, 1e-9 * (double)c.bytes, "GB/s",
-                     bench_time(b, loss_run_copy, &c, 1), 0);
+        bench_record_pair(b, name, "clattn forward + backward", loss_run, &c,
+                          "clEnqueueCopyBuffer (logits)", loss_run_copy, &c,
+                          1e-9 * (double)c.bytes, "GB/s", err);
     }
     clattn_tensor *ts[] = {&c.x, &c.lab, &c.len, &c.loss, &c.lse, &c.dl, &c.dx};
     for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
