@@ -172,8 +172,10 @@ typedef struct {
 
 static void kernel_defines(const clattn_tuning *t, const decode_plan *p, char *buf, size_t n)
 {
-    snprintf(buf, n, "%s-D DP=%d -D DVP=%d -D ALIGN16=%d ", t->defines, bucket(p->d),
-             bucket(p->dv), p->align16);
+    snprintf(buf, n, "%s", t->defines);
+    clattn__define(buf, n, "DP", bucket(p->d));
+    clattn__define(buf, n, "DVP", bucket(p->dv));
+    clattn__define(buf, n, "ALIGN16", p->align16);
     clattn__dtype_define(buf, n, "QT", p->qt);
     clattn__dtype_define(buf, n, "CT", p->ct);
 }

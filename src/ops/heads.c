@@ -11,10 +11,12 @@ clattn_status clattn__enqueue_heads_typed(clattn_context *ctx, clattn_dtype xt, 
     cl_kernel k;
     char defs[32] = "";
     int so = (int)s_off, dof = (int)d_off;
-    if (xt != yt)
-        snprintf(defs, sizeof defs, "-D XT=%d -D YT=%d ", (int)xt, (int)yt);
-    else if (clattn_dtype_size(xt) == 2)
+    if (xt != yt) { /* both, float32 too: XT being defined selects the converting move */
+        clattn__define(defs, sizeof defs, "XT", (int)xt);
+        clattn__define(defs, sizeof defs, "YT", (int)yt);
+    } else if (clattn_dtype_size(xt) == 2) {
         snprintf(defs, sizeof defs, "-D ELEM=ushort ");
+    }
     CHECK_ST(clattn__get_kernel(ctx, "heads.cl", defs, "transpose_heads", &k));
     CHECK_ST(clattn__set_args(ctx, k, "transpose_heads", ARG(src), ARG(so), ARG(dst), ARG(dof),
                               ARG(T), ARG(H), ARG(dh), ARG(to_heads), ARGS_END));
