@@ -1,0 +1,40 @@
+#!/usr/bin/env python3
+"""Key blocks flash_cpu computes for a sliding window against full causal attention.
+
+A model of kernels/flash.cl's block walk, not a timing: a work-item owns QG groups of QR rows,
+walks key blocks of KB keys from the lowest block any of its rows' windows reaches, and each
+group computes every block from there to the block holding its last open key (the blocks wholly
+below a window are skipped only before the item's first block). The ratio of blocks is the most
+a window can gain over full causal with those tiles if every block costs the same; the per-key
+ratio is the ideal with no tiles at all. Usage: window_blocks.py [N] [WINDOW] (8192 512)."""
+import sys
+
+
+def blocks(n, window, qr, kb, qg):
+    """Blocks computed over all groups; window < 0: full causal (top-left, Q = K = n)."""
+    total, rows_per_item = 0, qr * qg
+    for item in range((n + rows_per_item - 1) // rows_per_item):
+        spans = []
+        for g in range(qg):
+            rows = [min((item * qg + g) * qr + r, n - 1) for r in range(qr)]
+            lo = min(max(0, q - window) if window >= 0 else 0 for q in rows)
+            spans.append((lo, max(q + 1 for q in rows)))
+        first = min(lo for lo, _ in spans) // kb
+        total += sum((limit - 1) // kb - first + 1 for _, limit in spans)
+    return total
+
+
+def main():
+    n = int(sys.argv[1]) if len(sys.argv) > 1 else 8192
+    window = int(sys.argv[2]) if len(sys.argv) > 2 else 512
+    keys_causal = n * (n + 1) // 2
+    keys_window = sum(min(i, window) + 1 for i in range(n))
+    print(f"N {n}, window {window}: per-key ratio {keys_causal / keys_window:.2f}")
+    # the tiles tuning.c picks: AVX2 (QR=6:KB=16), the default (QR=5:KB=64), and between
+    for qr, kb, qg in [(6, 16, 2), (5, 16, 2), (5, 32, 2), (5, 64, 2)]:
+        c, w = blocks(n, -1, qr, kb, qg), blocks(n, window, qr, kb, qg)
+        print(f"QR={qr} KB={kb} QG={qg}: blocks causal {c}, window {w}, ratio {c / w:.2f}")
+
+
+if __name__ == "__main__":
+    main()
