@@ -40,8 +40,8 @@
 #define LINE (CT == 0 ? 16 : 32)
 /* keys ahead of use that decode_cpu prefetches: 16 for a float32 cache; 4 for a 16-bit one,
  * which against 16 was 1.15x (float16) and 1.18x (bfloat16) faster at B8 K32768 (Hq32 Hkv8
- * d128; medians of six alternating rounds, AVX2 EPYC, 2026-12-03) and no slower at B1 and K4096;
- * a float32 cache took the same time with either */
+ * d128; medians of six alternating rounds, AVX2 EPYC, 2026-12-03) and no slower at B1 K4096,
+ * B8 K4096 and B1 K32768; a float32 cache took the same time with either */
 #ifndef PF
 #define PF (CT == 0 ? 16 : 4)
 #endif
