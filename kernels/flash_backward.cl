@@ -242,14 +242,14 @@ BWD_INLINE void bwd_rows(float16 x[QR][NVC], __global const float *rp[QR], int n
  * vec_type_hint: the item's work is already float16 vectors; without the hint Intel's CPU runtime
  * also vectorizes across work-items, which took 262 s to build the default variant there (8 s
  * with it, 2.9 MB of code against 0.27 MB) and ran no faster. */
-__kernel __attribute__((vec_type_hint(float16))) void flash_bwd_cpu(__global const float *Q, int4 ql, __global const float *pk,
-                            __global const int *kbad, int kbad_off, __global const float *dO,
-                            int4 dol, __global const float *lse, int lse_off,
-                            __global const float *rows, int d_off, int bad_off,
-                            __global float *acc, int acc_off, __global float *dQ, int4 dql,
-                            int dq_cs, __global float *dK, int4 dkl, __global float *dV, int4 dvl,
-                            int want, int nq, int nk, int d, int dv, int dp, int dvp, int nblk,
-                            int nchunk, float scale, FLASH_MASK_PARAMS, FLASH_DROP_PARAMS)
+__kernel __attribute__((vec_type_hint(float16)))
+void flash_bwd_cpu(__global const float *Q, int4 ql, __global const float *pk,
+                   __global const int *kbad, int kbad_off, __global const float *dO, int4 dol,
+                   __global const float *lse, int lse_off, __global const float *rows, int d_off,
+                   int bad_off, __global float *acc, int acc_off, __global float *dQ, int4 dql,
+                   int dq_cs, __global float *dK, int4 dkl, __global float *dV, int4 dvl, int want,
+                   int nq, int nk, int d, int dv, int dp, int dvp, int nblk, int nchunk,
+                   float scale, FLASH_MASK_PARAMS, FLASH_DROP_PARAMS)
 {
     int ch = get_global_id(0), kb = get_global_id(1);
     int D1kv = D1 / G, d0 = kb / D1kv, kvh = kb % D1kv;
