@@ -114,6 +114,20 @@
 #define STYV(v, p) CLATTN_CAT(ASTOREV_, YT)(v, p)
 #endif
 
+/* STY_UNITV(v, p): STYV for weights known to lie in [0, 1] (a row whose sum is finite and >= 1),
+ * whose bfloat16 rounding needs no NaN test: 5 integer operations per vector before the pack, where
+ * dtype.cl's general one takes 12 AVX2 instructions per 8 values. The same bits. */
+#if ALIGNV && YT == 3
+static inline ushortV bf16_unitV(floatV f)
+{
+    intV x = CLATTN_CAT(as_int, VW)(f);
+    return CLATTN_CAT(convert_ushort, VW)((x + (intV)(0x7fff) + ((x >> 16) & (intV)(1))) >> 16);
+}
+#define STY_UNITV(v, p) (*(__global ushortV *)(p) = bf16_unitV(v))
+#else
+#define STY_UNITV(v, p) STYV(v, p)
+#endif
+
 /* KEEP_E stores exponential e of key k for the scaling pass: in y's row yr when y is float32,
  * else in the private buffer eb when the row has one (NULL: none). E_AGAIN(k, expr) is then that
  * exponential again: read back, or expr computed anew. */
@@ -278,8 +292,14 @@ static inline float softmax_prefix(__global const XTYPE *xr, __global YTYPE *yr,
     s += hsum(sv) + (float)(K - limit) * e_fill;
 
     float inv = 1.0f / s;
-    for (k = 0; k < lv; k += VW)
-        STYV(E_AGAINV(k, expnegV(LDXV(xr + k) - (floatV)(m))) * (floatV)(inv), yr + k);
+#define SCALE_PASS(STORE)                                                                        \
+    for (k = 0; k < lv; k += VW)                                                                 \
+        STORE(E_AGAINV(k, expnegV(LDXV(xr + k) - (floatV)(m))) * (floatV)(inv), yr + k)
+    if (s >= 1.0f && s < INFINITY)
+        SCALE_PASS(STY_UNITV);
+    else
+        SCALE_PASS(STYV);
+#undef SCALE_PASS
     for (; k < limit; k++)
         STY(E_AGAIN(k, clattn_exp_neg(LDX(xr + k) - m)) * inv, yr + k);
     float y_fill = e_fill * inv;
