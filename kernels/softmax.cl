@@ -115,15 +115,11 @@
 #endif
 
 /* STY_UNITV(v, p): STYV for weights known to lie in [0, 1] (a row whose sum is finite and >= 1),
- * whose bfloat16 rounding needs no NaN test: 5 integer operations per vector before the pack, where
- * dtype.cl's general one takes 12 AVX2 instructions per 8 values. The same bits. */
+ * whose bfloat16 rounding needs no NaN test (dtype.cl's clattn_f32_to_bf16_nonneg): 5 integer
+ * operations per vector before the pack, where the general one takes 12 AVX2 instructions per 8
+ * values. The same bits. */
 #if ALIGNV && YT == 3
-static inline ushortV bf16_unitV(floatV f)
-{
-    intV x = CLATTN_CAT(as_int, VW)(f);
-    return CLATTN_CAT(convert_ushort, VW)((x + (intV)(0x7fff) + ((x >> 16) & (intV)(1))) >> 16);
-}
-#define STY_UNITV(v, p) (*(__global ushortV *)(p) = bf16_unitV(v))
+#define STY_UNITV(v, p) (*(__global ushortV *)(p) = CLATTN_CAT(clattn_f32_to_bf16_nonneg, VW)(v))
 #else
 #define STY_UNITV(v, p) STYV(v, p)
 #endif
