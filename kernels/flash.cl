@@ -513,8 +513,8 @@ void flash_gpu(__global const QTYPE *Q, int4 ql, __global const KTYPE *K, int4 k
                float scale, int k_lo, int k_hi, __global float *part, int part_off,
                FLASH_MASK_PARAMS, FLASH_DROP_PARAMS)
 {
-    __local float Ks[BK][DP + 1]; /* +1: rows land in different banks */
-    __local float Vs[BK][DVP];
+    /* float4 rows: every item reads the same key (a broadcast), 4 values per local load */
+    __local float4 Ks[BK][DP / 4], Vs[BK][DVP / 4];
     __local int need, lo_min;
     __local int resumed_stop[1]; /* an array: clang takes a __local scalar that one item writes
                                     for a private one and warns that the others read it unset */
@@ -535,19 +535,33 @@ void flash_gpu(__global const QTYPE *Q, int4 ql, __global const KTYPE *K, int4 k
                                       ((size_t)bb * nq + rowc) * dv
                                 : 0;
 #endif
-    float q[DP], acc[DVP], m = -INFINITY, l = 0.0f;
+    /* Private rows indexed by constants only (loops to DP and DVP), so that a GPU keeps them
+     * in registers; unrolled where NVIDIA's compiler announces the pragma (PoCL gains nothing
+     * and took 2.5x longer to build the kernel with it). */
+    float4 q[DP / 4], acc[DVP / 4];
+    float m = -INFINITY, l = 0.0f;
+#ifdef cl_nv_pragma_unroll
+    #pragma unroll
+#endif
     for (int e = 0; e < DP; e++)
-        q[e] = e < d ? CLATTN_LOAD(QT, Q + flash_at(ql, D1, bb, rowc) + e) : 0.0f;
-    for (int c = 0; c < DVP; c++)
-        acc[c] = 0.0f;
+        ((float *)q)[e] = e < d ? CLATTN_LOAD(QT, Q + flash_at(ql, D1, bb, rowc) + e) : 0.0f;
+#ifdef cl_nv_pragma_unroll
+    #pragma unroll
+#endif
+    for (int c = 0; c < DVP / 4; c++)
+        acc[c] = (float4)(0.0f);
     /* Each row resumes its own state only: padding items (row >= nq) vote in nothing and store
      * nothing, and the stop, the same for every row of the group, comes from item 0's row (a
      * real one) through local memory, so no item reads what another writes in this launch. */
     if (k_lo > 0 && row < nq) {
         m = st[0];
         l = st[1];
-        for (int c = 0; c < dv; c++)
-            acc[c] = arow[c];
+#ifdef cl_nv_pragma_unroll
+        #pragma unroll
+#endif
+        for (int c = 0; c < DVP; c++)
+            if (c < dv)
+                ((float *)acc)[c] = arow[c];
     }
     if (t == 0) {
         resumed_stop[0] = k_lo > 0 ? as_int(st[2]) : -1;
@@ -555,13 +569,15 @@ void flash_gpu(__global const QTYPE *Q, int4 ql, __global const KTYPE *K, int4 k
     }
     barrier(CLK_LOCAL_MEM_FENCE);
     int stop = resumed_stop[0]; /* see above */
-    int first = 0; /* the group's first tile */
-    if (vh) {
-        if (row < nq)
-            atomic_min(&lo_min, lo);
-        barrier(CLK_LOCAL_MEM_FENCE);
+    /* the group's first tile; the barrier is unconditional: behind `if (vh)` (uniform, legal),
+     * PoCL 6.0's loop-vectorizing work-group method replicated the whole tile loop once per
+     * incoming barrier and took over 12 minutes to build the kernel */
+    int first = 0;
+    if (vh && row < nq)
+        atomic_min(&lo_min, lo);
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (vh)
         first = min(lo_min / BK, nblk - 1);
-    }
     for (int it = k_lo / BK; stop < 0 && it * BK < k_hi; it++) {
         int tile = it + first < nblk ? it + first : it + first - nblk;
         int kbase = tile * BK, lead = tile < first; /* lead: blocked for every row */
@@ -579,22 +595,32 @@ void flash_gpu(__global const QTYPE *Q, int4 ql, __global const KTYPE *K, int4 k
         }
         for (int i = t; i < BK * DP; i += BQ) {
             int k = i / DP, e = i % DP;
-            Ks[k][e] = (kbase + k < nk && e < d)
-                           ? CLATTN_LOAD(KT, K + flash_at(kl, D1 / G, kb, kbase + k) + e)
-                           : 0.0f;
+            ((__local float *)Ks)[i] =
+                (kbase + k < nk && e < d)
+                    ? CLATTN_LOAD(KT, K + flash_at(kl, D1 / G, kb, kbase + k) + e)
+                    : 0.0f;
         }
         for (int i = t; i < BK * DVP; i += BQ) {
             int k = i / DVP, c = i % DVP;
-            Vs[k][c] = (kbase + k < nk && c < dv)
-                           ? CLATTN_LOAD(VT, V + flash_at(vl, D1 / G, kb, kbase + k) + c)
-                           : 0.0f;
+            ((__local float *)Vs)[i] =
+                (kbase + k < nk && c < dv)
+                    ? CLATTN_LOAD(VT, V + flash_at(vl, D1 / G, kb, kbase + k) + c)
+                    : 0.0f;
         }
         barrier(CLK_LOCAL_MEM_FENCE);
         float s[BK], bm = -INFINITY;
         for (int k = 0; k < BK; k++) {
             float a = 0.0f;
-            for (int e = 0; e < DP; e++)
-                a = mad(q[e], Ks[k][e], a);
+#ifdef cl_nv_pragma_unroll
+            #pragma unroll
+#endif
+            for (int e = 0; e < DP / 4; e++) { /* the order of the scalar sum, unchanged */
+                float4 kv = Ks[k][e];
+                a = mad(q[e].x, kv.x, a);
+                a = mad(q[e].y, kv.y, a);
+                a = mad(q[e].z, kv.z, a);
+                a = mad(q[e].w, kv.w, a);
+            }
             int kk = kbase + k;
             a *= scale;
             if (brow && kk < nk)
@@ -608,7 +634,10 @@ void flash_gpu(__global const QTYPE *Q, int4 ql, __global const KTYPE *K, int4 k
         float mn = fmax(m, bm), mz = mn == -INFINITY ? 0.0f : mn; /* see the top of the file */
         float corr = exp(m - mz);
         l *= corr;
-        for (int c = 0; c < DVP; c++)
+#ifdef cl_nv_pragma_unroll
+        #pragma unroll
+#endif
+        for (int c = 0; c < DVP / 4; c++)
             acc[c] *= corr;
         for (int k = 0; k < BK; k++) {
             float p = exp(s[k] - mz);
@@ -616,8 +645,11 @@ void flash_gpu(__global const QTYPE *Q, int4 ql, __global const KTYPE *K, int4 k
             if (drop)
                 p *= clattn_dropout_keep(((ulong)bb * nq + rowc) * nk + kbase + k, seed, offset,
                                          threshold) ? dscale : 0.0f;
-            for (int c = 0; c < DVP; c++)
-                acc[c] = mad(p, Vs[k][c], acc[c]);
+#ifdef cl_nv_pragma_unroll
+            #pragma unroll
+#endif
+            for (int c = 0; c < DVP / 4; c++)
+                acc[c] = mad((float4)(p), Vs[k][c], acc[c]);
         }
         m = mn;
         barrier(CLK_LOCAL_MEM_FENCE);
@@ -628,8 +660,12 @@ void flash_gpu(__global const QTYPE *Q, int4 ql, __global const KTYPE *K, int4 k
         st[0] = m;
         st[1] = l;
         st[2] = as_float(stop);
-        for (int c = 0; c < dv; c++)
-            arow[c] = acc[c];
+#ifdef cl_nv_pragma_unroll
+        #pragma unroll
+#endif
+        for (int c = 0; c < DVP; c++)
+            if (c < dv)
+                arow[c] = ((float *)acc)[c];
         return;
     }
     float inv = 1.0f / l;
@@ -639,8 +675,13 @@ void flash_gpu(__global const QTYPE *Q, int4 ql, __global const KTYPE *K, int4 k
         vt && stop >= 0 && stop < nblk ? vt + vt_off + ((size_t)kb * nblk + stop) * DVP : 0;
     __global const float *zh =
         vh && first > 0 && stop >= 0 ? vh + vh_off + ((size_t)kb * nblk + first) * DVP : 0;
-    for (int c = 0; c < dv; c++) {
-        float a = acc[c];
+#ifdef cl_nv_pragma_unroll
+    #pragma unroll
+#endif
+    for (int c = 0; c < DVP; c++) {
+        if (c >= dv)
+            break;
+        float a = ((float *)acc)[c];
         if (z)
             a += z[c];
         if (zh)
