@@ -94,6 +94,11 @@
 #endif
 /* output columns per work-item in decode_gpu */
 #define NCOL ((DVP + WG - 1) / WG)
+/* key columns decode_gpu stages in local memory at a time */
+#ifndef KC
+#define KC 64
+#endif
+#define KCP (KC < DP ? KC : DP)
 
 #define DECODE_PARAMS                                                                            \
     __global const QTYPE *Q, int q_off, __global const CTYPE *K, int k_off,                     \
@@ -293,13 +298,16 @@ __kernel void decode_cpu(DECODE_PARAMS)
 }
 
 /* GPU shape: a work-group of WG items per (split, RQ rows, K/V head) walks the split's keys WG
- * at a time: item t scores key t of the tile for every row (the rows of q in local memory), the
- * first RQ items take one row's maximum and sum each, and every item accumulates its NCOL output
- * columns (t, t + WG, ...) over the tile's keys, so V is read coalesced. */
+ * at a time: the group stages the tile's keys in local memory, KC columns at a time (read
+ * coalesced: the tile's rows lie one after another), item t scores key t of the tile for every
+ * row (the rows of q in local memory), the first RQ items take one row's maximum and sum each,
+ * and every item accumulates its NCOL output columns (t, t + WG, ...) over the tile's keys, so V
+ * is read coalesced. */
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
 void decode_gpu(DECODE_PARAMS)
 {
     __local float qs[RQ][DP], S[RQ][WG], mz_l[RQ], corr_l[RQ], m_l[RQ], l_l[RQ];
+    __local float Ks[WG][KCP + 1]; /* +1: item t reads row t, rows in different banks */
     int t = get_local_id(0), s = get_group_id(0), rg = get_group_id(1), bh = get_group_id(2);
     int R = G * Qn, r0 = rg * RQ;
     if (r0 >= R)
@@ -332,19 +340,35 @@ void decode_gpu(DECODE_PARAMS)
     barrier(CLK_LOCAL_MEM_FENCE);
     for (int k0 = k_lo; k0 < k_hi; k0 += WG) {
         int kk = k0 + t, nk = min(WG, k_hi - k0);
-        for (int r = 0; r < RQ; r++) {
-            float a = -INFINITY; /* not a key */
-            if (kk < k_hi) {
-                __global const CTYPE *kr = kb + (size_t)kk * d;
-                a = 0.0f;
-                for (int e = 0; e < d; e++)
-                    a = mad(qs[r][e], CLATTN_LOAD(CT, kr + e), a);
-                a *= scale;
-                if (slopes)
-                    a += CLATTN_ALIBI(slope[r], (float)(diag[r] - kk));
-                a = kk >= lo[r] && kk < hi[r] ? a : fill;
+        float a[RQ];
+        #pragma unroll
+        for (int r = 0; r < RQ; r++)
+            a[r] = 0.0f;
+        for (int c0 = 0; c0 < d; c0 += KCP) {
+            for (int j = 0; j < KCP; j++) {
+                int i = t + j * WG, k = i / KCP, e = i % KCP;
+                Ks[k][e] = k < nk && c0 + e < d
+                               ? CLATTN_LOAD(CT, kb + (size_t)(k0 + k) * d + c0 + e)
+                               : 0.0f;
             }
-            S[r][t] = a;
+            barrier(CLK_LOCAL_MEM_FENCE);
+            for (int e = 0; e < min(KCP, d - c0); e++) {
+                float kv = Ks[t][e];
+                #pragma unroll
+                for (int r = 0; r < RQ; r++)
+                    a[r] = mad(qs[r][c0 + e], kv, a[r]);
+            }
+            barrier(CLK_LOCAL_MEM_FENCE);
+        }
+        for (int r = 0; r < RQ; r++) {
+            float x = -INFINITY; /* not a key */
+            if (kk < k_hi) {
+                x = a[r] * scale;
+                if (slopes)
+                    x += CLATTN_ALIBI(slope[r], (float)(diag[r] - kk));
+                x = kk >= lo[r] && kk < hi[r] ? x : fill;
+            }
+            S[r][t] = x;
         }
         barrier(CLK_LOCAL_MEM_FENCE);
         if (t < RQ) {
@@ -370,12 +394,18 @@ void decode_gpu(DECODE_PARAMS)
             int c = t + WG * ci;
             if (c >= dv)
                 break;
-            for (int r = 0; r < RQ; r++) {
-                float a = acc[r][ci] * corr_l[r];
-                for (int j = 0; j < nk; j++)
-                    a = mad(S[r][j], CLATTN_LOAD(CT, vb + (size_t)(k0 + j) * dv + c), a);
-                acc[r][ci] = a;
+            #pragma unroll
+            for (int r = 0; r < RQ; r++)
+                a[r] = acc[r][ci] * corr_l[r];
+            for (int j = 0; j < nk; j++) {
+                float v = CLATTN_LOAD(CT, vb + (size_t)(k0 + j) * dv + c);
+                #pragma unroll
+                for (int r = 0; r < RQ; r++)
+                    a[r] = mad(S[r][j], v, a[r]);
             }
+            #pragma unroll
+            for (int r = 0; r < RQ; r++)
+                acc[r][ci] = a[r];
         }
         barrier(CLK_LOCAL_MEM_FENCE);
     }

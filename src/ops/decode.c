@@ -140,20 +140,22 @@ static clattn_status check_overlaps(clattn_context *ctx, const clattn_tensor *Q,
     return clattn__check_no_overlap(ctx, outs, 4, ins, 6);
 }
 
-/* The decode_gpu launch's loop iterations per work-item (clattn__loop_budget's count): fixed
- * (q rows, state, stores) and per tile of WG keys. */
-static void gpu_loops(int RQ, int WG, int dp, int dvp, long *fixed, long *per_tile)
+/* The decode_gpu launch's loop iterations per work-item (clattn__loop_budget's count, an upper
+ * bound): fixed (q rows, state, stores) and per tile of WG keys (KC-column passes of the
+ * scores, the rows' maxima and sums, the output columns). */
+static void gpu_loops(int RQ, int WG, int KC, int dp, int dvp, long *fixed, long *per_tile)
 {
-    long ncol = (dvp + WG - 1) / WG;
+    long ncol = (dvp + WG - 1) / WG, kc = KC < dp ? KC : dp, passes = (dp + kc - 1) / kc;
     *fixed = (RQ * dp + WG - 1) / WG + 1 + RQ * (ncol + 1) + 1 + RQ * (ncol + 1) + 1;
-    *per_tile = 1 + RQ * (dp + 2) + 1 + WG + RQ + 1 + WG + 1 + ncol * (RQ * (WG + 1) + 1) + 1;
+    *per_tile = (RQ + 1) + passes * (kc + 1 + kc * (RQ + 1) + 2) + 1 + 3 * (RQ + 1) +
+                2 * (WG + 1) + ncol * (3 * (RQ + 1) + WG * (RQ + 2) + 2) + 2;
 }
 
 long clattn__decode_gpu_min_loops(const clattn_tuning *t)
 {
     long fixed, per_tile;
-    gpu_loops(clattn__tune_int(t, "RQ", 4), clattn__tune_int(t, "WG", 64), DECODE_MAX_DIM,
-              DECODE_MAX_DIM, &fixed, &per_tile);
+    gpu_loops(clattn__tune_int(t, "RQ", 4), clattn__tune_int(t, "WG", 64),
+              clattn__tune_int(t, "KC", 64), DECODE_MAX_DIM, DECODE_MAX_DIM, &fixed, &per_tile);
     return fixed + per_tile;
 }
 
@@ -243,7 +245,8 @@ static clattn_status make_plan(clattn_context *ctx, clattn_tuning *t, const clat
         long fixed, per_tile;
         CHECK_ST(fit_group(ctx, t, p));
         size_t tiles, need = clattn__div_up((size_t)p->SK, (size_t)p->WG);
-        gpu_loops(p->RQ, p->WG, bucket(p->d), bucket(p->dv), &fixed, &per_tile);
+        gpu_loops(p->RQ, p->WG, clattn__tune_int(t, "KC", 64), bucket(p->d), bucket(p->dv),
+                  &fixed, &per_tile);
         CHECK_ST(clattn__loop_units(ctx, clattn__loop_budget(ctx, t), fixed, per_tile, need,
                                     &tiles, "decode=gpu: a tile of WG=%d keys (RQ=%d, head sizes "
                                     "%d, %d)", p->WG, p->RQ, p->d, p->dv));

@@ -235,16 +235,27 @@ static void attention_gpu_fit(const clattn_context *ctx, clattn_tuning *t)
     set(t, "BK", BK);
 }
 
+/* Local memory of decode_gpu at head size H: RQ rows of q and of scores, four floats per row,
+ * and the staged keys (WG rows of min(KC, H) + 1 floats). */
+static size_t local_decode_gpu(size_t RQ, size_t WG, size_t KC, size_t H)
+{
+    return (RQ * (H + WG + 4) + WG * ((KC < H ? KC : H) + 1)) * 4;
+}
+
 /* decode_gpu: the first RQ items of a group take one row each (RQ <= WG); private memory as
  * attention's (q and outputs in local memory or few per item here). */
 static int decode_gpu_check(const clattn_context *ctx, const clattn_tuning *t, char *why, size_t n)
 {
-    int RQ = param(t, "RQ"), WG = param(t, "WG");
+    int RQ = param(t, "RQ"), WG = param(t, "WG"), KC = param(t, "KC");
+    size_t local = local_decode_gpu((size_t)RQ, (size_t)WG, (size_t)KC, head_of(t));
     if (RQ > WG)
         snprintf(why, n, "RQ=%d rows are over WG=%d items (one item per row takes its maximum "
                  "and sum)", RQ, WG);
     else if (over_max_wg(ctx, "WG", WG, why, n))
         return 0;
+    else if (ctx->local_mem && local > ctx->local_mem)
+        snprintf(why, n, "WG=%d, RQ=%d, KC=%d need %zu bytes of local memory at head size %d, "
+                 "over this device's %zu", WG, RQ, KC, local, (int)head_of(t), ctx->local_mem);
     else
         return loops_check(ctx, t, clattn__decode_gpu_min_loops(t), why, n);
     return 0;
@@ -252,11 +263,16 @@ static int decode_gpu_check(const clattn_context *ctx, const clattn_tuning *t, c
 
 static void decode_gpu_fit(const clattn_context *ctx, clattn_tuning *t)
 {
-    int WG = param(t, "WG"), RQ = param(t, "RQ");
+    int WG = param(t, "WG"), RQ = param(t, "RQ"), KC = param(t, "KC");
     while (ctx->max_wg && (size_t)WG > ctx->max_wg && WG > 1)
         WG /= 2;
+    RQ = RQ < WG ? RQ : WG;
+    while (ctx->local_mem && KC > 1 &&
+           local_decode_gpu((size_t)RQ, (size_t)WG, (size_t)KC, MAX_HEAD) > ctx->local_mem)
+        KC /= 2;
     set(t, "WG", WG);
-    set(t, "RQ", RQ < WG ? RQ : WG);
+    set(t, "RQ", RQ);
+    set(t, "KC", KC);
 }
 
 /* Parameter ranges; names are the kernels' #define names. Bounds are what the kernels support
@@ -289,8 +305,8 @@ static const param_range attention_gpu_ranges[] = {
 static const param_range decode_cpu_ranges[] = {
     {"RQ", 1, 16, ANY}, {"SK", 16, 1 << 20, MUL16}, {NULL, 0, 0, 0}};
 static const param_range decode_gpu_ranges[] = {
-    {"RQ", 1, 16, ANY}, {"WG", 1, 1024, ANY}, {"SK", 16, 1 << 20, MUL16}, LOOPS_RANGE,
-    {NULL, 0, 0, 0}};
+    {"RQ", 1, 16, ANY}, {"WG", 1, 1024, ANY}, {"SK", 16, 1 << 20, MUL16}, {"KC", 1, 256, ANY},
+    LOOPS_RANGE, {NULL, 0, 0, 0}};
 /* CH: key chunks per K/V head (0: the host's choice), each with its own partial dQ. */
 static const param_range backward_cpu_ranges[] = {
     {"QR", 1, 16, ANY}, {"KB", 16, 256, MUL16}, {"VC", 16, 256, MUL16}, {"CH", 0, 4096, ANY},
@@ -338,8 +354,11 @@ static const variant_def variants[] = {
      * spreads fewer rows evenly); SK=1024 was 1.05-1.1x SK=128-512 on an AVX2 EPYC (B 1 and 8,
      * Hkv 8, d 128). */
     {"decode", "cpu", "RQ=4:SK=1024", decode_cpu_ranges, NULL, NULL},
-    /* GPU shape: a work-group of WG items per split walks its keys WG at a time. */
-    {"decode", "gpu", "RQ=4:WG=64:SK=256", decode_gpu_ranges, decode_gpu_check, decode_gpu_fit},
+    /* GPU shape: a work-group of WG items per split walks its keys WG at a time, staging them
+     * KC columns at a time. WG=128: on the H200, B1 K4096 (Hq32 Hkv8 d128) took 0.077 ms, 0.096
+     * ms at WG=256 (KC=32) and 0.120 ms at WG=32 (SK=128, KC=32) (BENCHMARKS.md). */
+    {"decode", "gpu", "RQ=4:WG=128:SK=256:KC=64", decode_gpu_ranges, decode_gpu_check,
+     decode_gpu_fit},
     /* Attention backward, fused (FlashAttention-2), CPU shape: a work-item per (key chunk, K/V
      * head) walks QR query rows at a time over each block of KB keys, its dK and dV rows and the
      * QR rows of dQ taken VC columns at a time with the rows' vectors in registers. Taken when
