@@ -21,6 +21,25 @@ static const clattn_device_desc acc_and_cpu[] = {
     {1, 0, CL_DEVICE_TYPE_ACCELERATOR, "Acc", "Acme", "acc0", "Acme"},
 };
 
+/* The PoCL release whose kernel compiler aborts on the GPU shapes (tuning.c), by the platform
+ * versions PoCL reports, and its CBS work-group method that avoids it. */
+static void test_pocl_gpu_shapes_abort(void **s)
+{
+    (void)s;
+    const char *v50 = "OpenCL 3.0 PoCL 5.0+debian  Linux, None+Asserts, RELOC, SPIR, LLVM 16.0.6, "
+                      "SLEEF, DISTRO, POCL_DEBUG";
+    assert_true(clattn__pocl_gpu_shapes_abort(v50, NULL));
+    assert_true(clattn__pocl_gpu_shapes_abort(v50, "loopvec"));
+    assert_false(clattn__pocl_gpu_shapes_abort(v50, "cbs"));
+    assert_false(clattn__pocl_gpu_shapes_abort("OpenCL 3.0 PoCL 3.1+debian  Linux, None+Asserts, "
+                                               "RELOC, SPIR, LLVM 15.0.6, SLEEF", NULL));
+    assert_false(clattn__pocl_gpu_shapes_abort("OpenCL 3.0 PoCL 6.0  Linux, None+Asserts, RELOC, "
+                                               "LLVM 16.0.6, SLEEF, POCL_DEBUG", NULL));
+    assert_false(clattn__pocl_gpu_shapes_abort("OpenCL 3.0 PoCL 5.0  Linux, Release, LLVM 15.0.7",
+                                               NULL));
+    assert_false(clattn__pocl_gpu_shapes_abort("OpenCL 3.0 CUDA 13.0.98", NULL));
+}
+
 static void test_default_prefers_gpu(void **s)
 {
     (void)s;
@@ -107,6 +126,7 @@ static void test_tiers(void **s)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_pocl_gpu_shapes_abort),
         cmocka_unit_test(test_default_prefers_gpu), cmocka_unit_test(test_types),
         cmocka_unit_test(test_indices), cmocka_unit_test(test_index_overflow),
         cmocka_unit_test(test_substrings),  cmocka_unit_test(test_tiers),

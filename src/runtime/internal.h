@@ -260,6 +260,9 @@ typedef struct {
 /* Index into descs of the device that spec selects, or -1. spec NULL/empty = default rule. Pure
  * function, testable without devices. */
 int clattn__match_device(const char *spec, const clattn_device_desc *descs, int n);
+/* Whether a PoCL CPU device of this platform version aborts building the GPU-shaped kernels
+ * under the work-group method wg_method (POCL_WORK_GROUP_METHOD, or NULL): tuning.c. */
+int clattn__pocl_gpu_shapes_abort(const char *platform_version, const char *wg_method);
 /* Resolves spec (NULL = CLATTN_DEVICE) to a device, or fails listing every device. */
 clattn_status clattn__select_device(const char *spec, cl_platform_id *platform,
                                     cl_device_id *device);

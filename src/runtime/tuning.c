@@ -657,6 +657,17 @@ static int loop_limited(const clattn_context *ctx)
     return ctx->loop_limit != 0;
 }
 
+/* PoCL 5.0 built with LLVM 16 (Ubuntu 24.04's) aborted the process building the GPU-shaped
+ * kernels for its CPU device on the H200 machine's host (2026-12-04): an assertion in its
+ * parallel-region formation (Kernel.cc: region_entry_barrier != NULL), pocl issue #1435, a
+ * regression of that LLVM; PoCL 3.1 (LLVM 15) and 6.0 (LLVM 16) build them. Its CBS work-group
+ * method avoids it. */
+int clattn__pocl_gpu_shapes_abort(const char *platform_version, const char *wg_method)
+{
+    return strstr(platform_version, "PoCL 5.0") && strstr(platform_version, "LLVM 16.") &&
+           !(wg_method && strcmp(wg_method, "cbs") == 0);
+}
+
 const char *clattn__head_bucket(size_t d, size_t dv)
 {
     size_t h = d > dv ? d : dv;
@@ -725,6 +736,13 @@ clattn_status clattn__tune_bucket(clattn_context *ctx, const char *op, const cha
           "in all, and this CPU-shaped kernel runs more from modest sizes on (wrong results); "
           "use %s=%s, the table's choice there", op, ctx->name, op,
           strcmp(op, "backward") == 0 ? "unfused" : "gpu");
+    CHECK(ctx, !is_cpu(ctx) || strcmp(d->variant, "gpu") != 0 ||
+                   !clattn__pocl_gpu_shapes_abort(ctx->platform_version,
+                                                  getenv("POCL_WORK_GROUP_METHOD")),
+          o ? CLATTN_ERROR_INVALID_ARGUMENT : CLATTN_ERROR_UNSUPPORTED,
+          "tuning: %s=gpu on %s: PoCL 5.0 with LLVM 16 aborts the process building GPU-shaped "
+          "kernels for a CPU (pocl issue #1435); set POCL_WORK_GROUP_METHOD=cbs, or use the "
+          "table's choice", op, ctx->name);
     t->max_head = !bucket ? 0 : strcmp(bucket, "d64") == 0 ? 64 : strcmp(bucket, "d128") == 0 ? 128
                                                                                              : 0;
     /* An override the device cannot run is the caller's mistake; the table's own choice, still
