@@ -94,9 +94,10 @@
 #endif
 /* output columns per work-item in decode_gpu */
 #define NCOL ((DVP + WG - 1) / WG)
-/* key columns decode_gpu stages in local memory at a time */
+/* key columns decode_gpu stages in local memory at a time (the host passes the tuning's KC; this
+ * small default keeps the local memory of decode_gpu low in CPU programs, which hold it too) */
 #ifndef KC
-#define KC 64
+#define KC 16
 #endif
 #define KCP (KC < DP ? KC : DP)
 

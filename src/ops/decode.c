@@ -146,8 +146,8 @@ static clattn_status check_overlaps(clattn_context *ctx, const clattn_tensor *Q,
 static void gpu_loops(int RQ, int WG, int KC, int dp, int dvp, long *fixed, long *per_tile)
 {
     long ncol = (dvp + WG - 1) / WG, kc = KC < dp ? KC : dp, passes = (dp + kc - 1) / kc;
-    *fixed = (RQ * dp + WG - 1) / WG + 1 + RQ * (ncol + 1) + 1 + RQ * (ncol + 1) + 1;
-    *per_tile = (RQ + 1) + passes * (kc + 1 + kc * (RQ + 1) + 2) + 1 + 3 * (RQ + 1) +
+    *fixed = (RQ * dp + WG - 1) / WG + 1 + RQ * (ncol + 2) + 1 + RQ * (ncol + 2) + 1;
+    *per_tile = (RQ + 1) + passes * (kc + 1 + kc * (RQ + 2) + 2) + 1 + 3 * (RQ + 1) +
                 2 * (WG + 1) + ncol * (3 * (RQ + 1) + WG * (RQ + 2) + 2) + 2;
 }
 

@@ -306,7 +306,7 @@ static clattn_status enqueue_gpu(clattn_context *ctx, const clattn_tuning *tune,
     int vh_off;
     int dp = BUCKET(a->d, gpu_buckets), dvp = BUCKET(a->dv, gpu_buckets);
     long budget = clattn__loop_budget(ctx, &t);
-    size_t local = (size_t)BK * ((size_t)dp + 1 + (size_t)dvp) * 4 + 4;
+    size_t local = (size_t)BK * ((size_t)dp + (size_t)dvp) * 4 + 12; /* tuning.c: local_gpu */
     CHECK(ctx, local <= ctx->local_mem && (size_t)BQ <= ctx->max_wg, CLATTN_ERROR_UNSUPPORTED,
           "attention=gpu: BQ=%d, BK=%d with d=%d, dv=%d needs %zu bytes of local memory (device "
           "has %zu) and %d work-items (max %zu)", BQ, BK, a->d, a->dv, local, ctx->local_mem, BQ,

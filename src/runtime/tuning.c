@@ -78,10 +78,10 @@ static size_t private_gpu(size_t BK, size_t H)
     return (2 * H + BK) * 4 + 64;
 }
 
-/* Local memory of flash_gpu at head size H: K and V tiles of BK keys. */
+/* Local memory of flash_gpu at head size H: K and V tiles of BK keys, and 3 ints (flash.c). */
 static size_t local_gpu(size_t BK, size_t H)
 {
-    return BK * (H + H) * 4 + 4;
+    return BK * (H + H) * 4 + 12;
 }
 
 static int is_cpu(const clattn_context *ctx)
