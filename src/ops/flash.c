@@ -266,6 +266,11 @@ static void gpu_loops(int BQ, int BK, int dp, int dvp, int drop, long *fixed, lo
                 (long)BK * (1 + dp + 1) + 1 + (dvp + 1) + (long)BK * (1 + rounds + dvp + 1) + 1;
 }
 
+size_t clattn__flash_gpu_local(size_t BK, size_t dp, size_t dvp)
+{
+    return BK * (dp + dvp) * 4 + 12; /* K and V tiles of BK keys (float4 rows), and 3 ints */
+}
+
 long clattn__flash_gpu_min_loops(const clattn_tuning *t)
 {
     long fixed, per_tile, BK = clattn__tune_int(t, "BK", 16);
@@ -306,7 +311,7 @@ static clattn_status enqueue_gpu(clattn_context *ctx, const clattn_tuning *tune,
     int vh_off;
     int dp = BUCKET(a->d, gpu_buckets), dvp = BUCKET(a->dv, gpu_buckets);
     long budget = clattn__loop_budget(ctx, &t);
-    size_t local = (size_t)BK * ((size_t)dp + (size_t)dvp) * 4 + 12; /* tuning.c: local_gpu */
+    size_t local = clattn__flash_gpu_local((size_t)BK, (size_t)dp, (size_t)dvp);
     CHECK(ctx, local <= ctx->local_mem && (size_t)BQ <= ctx->max_wg, CLATTN_ERROR_UNSUPPORTED,
           "attention=gpu: BQ=%d, BK=%d with d=%d, dv=%d needs %zu bytes of local memory (device "
           "has %zu) and %d work-items (max %zu)", BQ, BK, a->d, a->dv, local, ctx->local_mem, BQ,

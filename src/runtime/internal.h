@@ -319,6 +319,8 @@ long clattn__matmul_gpu_min_loops(const clattn_tuning *t);
 /* The smallest side matmul=gpu's launch may halve a tile side ts to (kept a multiple of wpt). */
 int clattn__smallest_tile(int ts, int wpt);
 long clattn__flash_gpu_min_loops(const clattn_tuning *t);
+/* Bytes of local memory flash_gpu takes with BK-key tiles at padded head sizes dp, dvp. */
+size_t clattn__flash_gpu_local(size_t BK, size_t dp, size_t dvp);
 long clattn__softmax_gpu_min_loops(const clattn_tuning *t);
 /* decode=gpu: one tile of WG keys at the largest head sizes (decode.c). */
 long clattn__decode_gpu_min_loops(const clattn_tuning *t);

@@ -78,12 +78,6 @@ static size_t private_gpu(size_t BK, size_t H)
     return (2 * H + BK) * 4 + 64;
 }
 
-/* Local memory of flash_gpu at head size H: K and V tiles of BK keys, and 3 ints (flash.c). */
-static size_t local_gpu(size_t BK, size_t H)
-{
-    return BK * (H + H) * 4 + 12;
-}
-
 static int is_cpu(const clattn_context *ctx)
 {
     return (ctx->type & CL_DEVICE_TYPE_CPU) != 0;
@@ -201,7 +195,8 @@ static int attention_gpu_check(const clattn_context *ctx, const clattn_tuning *t
 {
     int BQ = param(t, "BQ"), BK = param(t, "BK");
     size_t H = head_of(t);
-    size_t local = local_gpu((size_t)BK, H), bytes = (size_t)BQ * private_gpu((size_t)BK, H);
+    size_t local = clattn__flash_gpu_local((size_t)BK, H, H);
+    size_t bytes = (size_t)BQ * private_gpu((size_t)BK, H);
     /* PoCL 3.1 computes wrong outputs when a group has more items than the K tile has floats
      * (BK x DP; DP, the padded head size, is at least 16), Oclgrind does not; neither an
      * atomic-free group vote nor equal trip counts in the tile loads changed that. Refused. */
@@ -227,7 +222,8 @@ static void attention_gpu_fit(const clattn_context *ctx, clattn_tuning *t)
     int BQ = param(t, "BQ"), BK = param(t, "BK");
     while (ctx->max_wg && (size_t)BQ > ctx->max_wg && BQ > 1)
         BQ /= 2;
-    while (ctx->local_mem && local_gpu((size_t)BK, MAX_HEAD) > ctx->local_mem && BK > 1)
+    while (ctx->local_mem && BK > 1 &&
+           clattn__flash_gpu_local((size_t)BK, MAX_HEAD, MAX_HEAD) > ctx->local_mem)
         BK /= 2;
     while (BQ > 16 * BK)
         BQ /= 2;
