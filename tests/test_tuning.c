@@ -367,9 +367,16 @@ static void test_device_limits(void **s)
     snprintf(fake.name, sizeof fake.name, "AMD EPYC 9R14"); /* Intel's runtime: the CPU brand */
     assert_int_equal(tuned("matmul", "TN"), 64);
     assert_int_equal(tuned("matmul", "VN"), 16);
+    /* the fused attention's and its backward's key blocks likewise: 64 keys, 16 with AVX2 */
+    assert_int_equal(tuned("attention", "KB"), 64);
+    assert_int_equal(tuned("backward", "KB"), 64);
+    assert_int_equal(tuned("backward", "VC"), 64);
     fake.native_float = 8;
     snprintf(fake.name, sizeof fake.name, "pthread-skylake-avx512");
     assert_int_equal(tuned("matmul", "TN"), 16);
+    assert_int_equal(tuned("attention", "KB"), 16);
+    assert_int_equal(tuned("backward", "KB"), 16);
+    assert_int_equal(tuned("backward", "VC"), 16);
     fake_device(GPU, 1024, 65536, "");
     fake.native_float = 16;
     assert_int_equal(tuned("matmul", "TN"), -1); /* a GPU keeps the GPU shape */

@@ -393,6 +393,11 @@ typedef struct {
  * micro-tile), measured on an AVX2 EPYC at H16 d64 N 1024 (BENCHMARKS.md) 1.5x the same tile with
  * every output column in registers (VC=256, which spills there) and 1.3x QR=5, KB=64, VC=16. */
 #define AVX2_ATTENTION "QR=6:KB=16:VC=16"
+/* The fused backward's tiles there, for the same reason: QR=6 rows of 16-key blocks, 16 output
+ * columns per rank update, three alternating rounds on an AVX2 EPYC at H16 N1024 d64
+ * (BENCHMARKS.md) 98-127 ms against 166-286 ms with the AVX-512 tiles (QR=6:KB=64:VC=64), and
+ * ahead of QR=4 or 5 and KB=32. */
+#define AVX2_BACKWARD "QR=6:KB=16:VC=16"
 
 /* Mesa's llvmpipe (rusticl) compiles work-groups SIMD across work-items, as a GPU does, and ends
  * a work-item's loops after 65535 iterations in all (see loop_limited): the GPU shapes. */
@@ -451,7 +456,8 @@ static const rule rules[] = {
     {0, NULL, NULL, 0, "attention", "gpu", "", NULL},
     {CL_DEVICE_TYPE_CPU, NULL, NULL, 0, "decode", "cpu", "", NULL},
     {0, NULL, NULL, 0, "decode", "gpu", "", NULL},
-    {CL_DEVICE_TYPE_CPU, NULL, NULL, 0, "backward", "cpu", "", NULL},
+    {CL_DEVICE_TYPE_CPU, NULL, NULL, 16, "backward", "cpu", "", NULL},
+    {CL_DEVICE_TYPE_CPU, NULL, NULL, 0, "backward", "cpu", AVX2_BACKWARD, NULL},
     {0, NULL, NULL, 0, "backward", "unfused", "", NULL},
     /* cl_khr_fp16's conversions by default only where they were checked bit for bit (Intel's CPU
      * runtime; PoCL's vendor there is "GenuineIntel"): other drivers list the extension with
