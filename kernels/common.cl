@@ -22,6 +22,18 @@
 /* Helpers are `static inline`: a plain C99 `inline` function has no definition of its own, so a
  * compiler that declines to inline it (or -cl-opt-disable) leaves an unresolved symbol. */
 
+/* Asks for elements [0, n) from p, `line` of them per 64-byte cache line, to be brought into the
+ * cache. PoCL's prefetch() is empty, so where clang compiles for x86-64 (PoCL, Intel's CPU
+ * runtime) it is one __builtin_prefetch per line; the integer cast to a generic pointer is sound
+ * there, where every address space is the one flat memory. */
+#if defined(__clang__) && defined(__x86_64__)
+#define CLATTN_PREFETCH(p, n, line)                                                              \
+    for (int c_ = 0; c_ < (n); c_ += (line))                                                     \
+        __builtin_prefetch((const void *)(size_t)((p) + c_), 0, 3)
+#else
+#define CLATTN_PREFETCH(p, n, line) prefetch((p), (size_t)(n))
+#endif
+
 /* Keys k >= the returned limit are blocked by lengths, the window's right side or causality. */
 static inline int clattn_row_limit(int d0, int q, int K, __global const int *lens, int lens_off,
                                    int lens_mode, int Q, int4 win)

@@ -45,17 +45,7 @@
 #ifndef PF
 #define PF (CT == 0 ? 16 : 4)
 #endif
-/* Asks for elements [0, n) from p to be brought into the cache. PoCL's prefetch() is empty, so
- * where clang compiles for x86-64 (PoCL) it is one __builtin_prefetch per 64-byte line; the
- * integer cast to a generic pointer is sound there, where every address space is the one flat
- * memory. */
-#if defined(__clang__) && defined(__x86_64__)
-#define PREFETCH_ROW(p, n)                                                                       \
-    for (int c_ = 0; c_ < (n); c_ += LINE)                                                       \
-        __builtin_prefetch((const void *)(size_t)((p) + c_), 0, 3)
-#else
-#define PREFETCH_ROW(p, n) prefetch((p), (size_t)(n))
-#endif
+#define PREFETCH_ROW(p, n) CLATTN_PREFETCH(p, n, LINE) /* common.cl */
 
 #ifndef RQ
 #define RQ 4
