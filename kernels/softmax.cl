@@ -263,12 +263,31 @@ static inline float softmax_prefix(__global const XTYPE *xr, __global YTYPE *yr,
                                    int limit, float fill)
 {
     int lv = limit - limit % VW, k;
+    /* a row whose live scores end inside a vector that lies within the row takes that vector
+     * whole, its blocked lanes masked off, rather than scalar tails in every pass */
+    int vtail = lv < limit && lv + VW <= K;
+    intV tail_open = (intV)(lv) + LANES < (intV)(limit);
     floatV mv = (floatV)(-INFINITY);
     float m = limit < K ? fill : -INFINITY;
-    for (k = 0; k < lv; k += VW)
-        mv = maxv(mv, LDXV(xr + k));
-    for (; k < limit; k++)
-        m = max1(m, LDX(xr + k));
+    {
+        /* four running maxima: one chains every vector on the max's latency (the four made
+         * float16 rows 1.06x faster, AVX-512 EPYC) */
+        floatV m1 = mv, m2 = mv, m3 = mv;
+        for (k = 0; k + 4 * VW <= lv; k += 4 * VW) {
+            mv = maxv(mv, LDXV(xr + k));
+            m1 = maxv(m1, LDXV(xr + k + VW));
+            m2 = maxv(m2, LDXV(xr + k + 2 * VW));
+            m3 = maxv(m3, LDXV(xr + k + 3 * VW));
+        }
+        for (; k < lv; k += VW)
+            mv = maxv(mv, LDXV(xr + k));
+        mv = maxv(maxv(mv, m1), maxv(m2, m3));
+    }
+    if (vtail)
+        mv = maxv(mv, select((floatV)(-INFINITY), LDXV(xr + lv), tail_open));
+    else
+        for (; k < limit; k++)
+            m = max1(m, LDX(xr + k));
     m = fmax(m, hmax(mv));
     m = m == -INFINITY ? 0.0f : m; /* see the top of the file */
 
@@ -279,10 +298,16 @@ static inline float softmax_prefix(__global const XTYPE *xr, __global YTYPE *yr,
         sv += e;
         KEEP_EV(e, k);
     }
-    for (; k < limit; k++) {
-        float e = clattn_exp_neg(LDX(xr + k) - m);
-        s += e;
-        KEEP_E(e, k);
+    if (vtail) {
+        floatV e = select((floatV)(0.0f), expnegV(LDXV(xr + lv) - (floatV)(m)), tail_open);
+        sv += e;
+        KEEP_EV(e, lv);
+    } else {
+        for (; k < limit; k++) {
+            float e = clattn_exp_neg(LDX(xr + k) - m);
+            s += e;
+            KEEP_E(e, k);
+        }
     }
     float e_fill = limit < K ? clattn_exp_neg(fill - m) : 0.0f;
     s += hsum(sv) + (float)(K - limit) * e_fill;
@@ -296,11 +321,29 @@ static inline float softmax_prefix(__global const XTYPE *xr, __global YTYPE *yr,
     else
         SCALE_PASS(STYV);
 #undef SCALE_PASS
+    float y_fill = e_fill * inv;
+    if (vtail) {
+        floatV e = E_AGAINV(lv, expnegV(LDXV(xr + lv) - (floatV)(m)));
+        STYV(select((floatV)(y_fill), e * (floatV)(inv), tail_open), yr + lv);
+        k = lv + VW;
+    }
     for (; k < limit; k++)
         STY(E_AGAIN(k, clattn_exp_neg(LDX(xr + k) - m)) * inv, yr + k);
-    float y_fill = e_fill * inv;
     for (; k < K && k % VW; k++)
         STY(y_fill, yr + k);
+    /* the blocked outputs, often most of a row, in 64-byte stores: 1.1x faster float16 rows
+     * (AVX-512 EPYC, 4096 x 1024, random lengths). A 16-bit row as uints: k is a multiple of VW
+     * here, and with ALIGNV so is the row's start, so every uint is aligned. */
+#if YT == 0
+    for (; k + 16 <= K; k += 16)
+        vstore16((float16)(y_fill), 0, yr + k);
+#elif ALIGNV
+    {
+        uint bits = YT == 2 ? clattn_f32_to_f16(y_fill) : clattn_f32_to_bf16(y_fill);
+        for (; k + 32 <= K; k += 32)
+            vstore16((uint16)(bits | bits << 16), 0, (__global uint *)(yr + k));
+    }
+#endif
     for (; k + VW <= K; k += VW)
         STYV((floatV)(y_fill), yr + k);
     for (; k < K; k++)
