@@ -6,7 +6,9 @@ walks key blocks of KB keys from the lowest block any of its rows' windows reach
 group computes every block from there to the block holding its last open key (the blocks wholly
 below a window are skipped only before the item's first block). The ratio of blocks is the most
 a window can gain over full causal with those tiles if every block costs the same; the per-key
-ratio is the ideal with no tiles at all. Usage: window_blocks.py [N] [WINDOW] (8192 512)."""
+ratio is the ideal with no tiles at all. The last line models a kernel that also skips the SUB-key
+sub-blocks at both ends of each group's keys that none of its rows sees (not what flash_cpu does:
+the bound such a change could reach). Usage: window_blocks.py [N] [WINDOW] [SUB] (8192 512 16)."""
 import sys
 
 
@@ -24,6 +26,19 @@ def blocks(n, window, qr, kb, qg):
     return total
 
 
+def sub_blocks(n, window, qr, kb, qg, sub):
+    """Keys computed over all groups in units of kb when each group computes only the sub-blocks of
+    sub keys from the one holding its lowest open key to the one holding its last."""
+    total, rows_per_item = 0, qr * qg
+    for item in range((n + rows_per_item - 1) // rows_per_item):
+        for g in range(qg):
+            rows = [min((item * qg + g) * qr + r, n - 1) for r in range(qr)]
+            lo = min(max(0, q - window) if window >= 0 else 0 for q in rows)
+            limit = max(q + 1 for q in rows)
+            total += (-(-limit // sub) - lo // sub) * sub / kb
+    return total
+
+
 def main():
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 8192
     window = int(sys.argv[2]) if len(sys.argv) > 2 else 512
@@ -34,6 +49,9 @@ def main():
     for qr, kb, qg in [(6, 16, 2), (5, 16, 2), (5, 32, 2), (5, 64, 2)]:
         c, w = blocks(n, -1, qr, kb, qg), blocks(n, window, qr, kb, qg)
         print(f"QR={qr} KB={kb} QG={qg}: blocks causal {c}, window {w}, ratio {c / w:.2f}")
+    sub = int(sys.argv[3]) if len(sys.argv) > 3 else 16
+    c, w = sub_blocks(n, -1, 5, 64, 2, sub), sub_blocks(n, window, 5, 64, 2, sub)
+    print(f"QR=5 KB=64 QG=2, sub-blocks of {sub} skipped at both ends: ratio {c / w:.2f}")
 
 
 if __name__ == "__main__":
