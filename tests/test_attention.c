@@ -578,7 +578,16 @@ static void test_windows(void **s)
                                    .align = 1, .fill = -1.0f}, .qscale = 2},
           {1, {2}, 20, 120, 8, 8, {.window = 1, .window_left = 500, .window_right = 500}},
           {2, {2, 4}, 20, 260, 8, 8, {.causal = 1, .window = 1, .window_left = 33,
-                                      .align = 1}, .hkv = 2});
+                                      .align = 1}, .hkv = 2},
+          /* a NaN value below every row's window inside the rows' first key block (of 64), and
+           * past every row's limit inside the causal diagonal's block; and a fill near the
+           * scores there: the fused P V skips the keys no row of a group sees only when their
+           * weights are exactly 0 and their values finite */
+          {1, {2}, 20, 120, 8, 8, {.window = 1, .window_left = 10, .window_right = 10,
+                                   .align = 1}, .nan_v = 70},
+          {1, {2}, 20, 120, 8, 8, {.window = 1, .window_left = 10, .window_right = 10,
+                                   .align = 1, .fill = -1.0f}, .qscale = 2},
+          {0, {0}, 20, 120, 8, 8, {.causal = 1}, .nan_v = 30});
 }
 
 /* The fused output of c with tuning (a context wrapping h_ctx's queue), as raw floats; *scratch:
