@@ -12,15 +12,23 @@ the bound such a change could reach). Usage: window_blocks.py [N] [WINDOW] [SUB]
 import sys
 
 
-def blocks(n, window, qr, kb, qg):
-    """Blocks computed over all groups; window < 0: full causal (top-left, Q = K = n)."""
-    total, rows_per_item = 0, qr * qg
+def item_spans(n, window, qr, qg):
+    """For each work-item, its groups' (lowest open key, last open key + 1); window < 0: full
+    causal (top-left, Q = K = n)."""
+    rows_per_item = qr * qg
     for item in range((n + rows_per_item - 1) // rows_per_item):
         spans = []
         for g in range(qg):
             rows = [min((item * qg + g) * qr + r, n - 1) for r in range(qr)]
             lo = min(max(0, q - window) if window >= 0 else 0 for q in rows)
             spans.append((lo, max(q + 1 for q in rows)))
+        yield spans
+
+
+def blocks(n, window, qr, kb, qg):
+    """Blocks computed over all groups."""
+    total = 0
+    for spans in item_spans(n, window, qr, qg):
         first = min(lo for lo, _ in spans) // kb
         total += sum((limit - 1) // kb - first + 1 for _, limit in spans)
     return total
@@ -29,14 +37,8 @@ def blocks(n, window, qr, kb, qg):
 def sub_blocks(n, window, qr, kb, qg, sub):
     """Keys computed over all groups in units of kb when each group computes only the sub-blocks of
     sub keys from the one holding its lowest open key to the one holding its last."""
-    total, rows_per_item = 0, qr * qg
-    for item in range((n + rows_per_item - 1) // rows_per_item):
-        for g in range(qg):
-            rows = [min((item * qg + g) * qr + r, n - 1) for r in range(qr)]
-            lo = min(max(0, q - window) if window >= 0 else 0 for q in rows)
-            limit = max(q + 1 for q in rows)
-            total += (-(-limit // sub) - lo // sub) * sub / kb
-    return total
+    return sum((-(-limit // sub) - lo // sub) * sub / kb
+               for spans in item_spans(n, window, qr, qg) for lo, limit in spans)
 
 
 def main():
