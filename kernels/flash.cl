@@ -446,7 +446,8 @@ __kernel void flash_cpu(__global const float *Q, int4 ql, __global const float *
             /* P V over the keys some row of the group sees, when the others (below every row's
              * window, past every row's limit) weigh exactly 0 and their value rows are finite:
              * then their products are all 0 and skipping them changes nothing. The window's
-             * edge blocks and the causal diagonal's: 1.05x on a window of 512 (BENCHMARKS.md). */
+             * edge blocks and the causal diagonal's: 1.02-1.05x on a window of 512
+             * (BENCHMARKS.md). */
             int klo = 0, khi = KB;
             if (zero_blocked && vfinite) {
                 klo = clamp(gminlo[gi] - kbase, 0, KB);
