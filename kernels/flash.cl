@@ -55,7 +55,6 @@
  *   keys. */
 #include "common.cl"
 #include "dtype.cl"
-#include "tile16.cl"
 
 /* Operand dtypes (dtype.cl's codes): Q, K, V and O float32, float16 or bfloat16 each; VST, the
  * rows the value sums read: V, or the packed float32 rows (the CPU shape packs a 16-bit V). */
@@ -108,6 +107,7 @@
 #error "KB, DVP and VC must be multiples of 16"
 #endif
 #define NKV (KB / 16)
+#include "tile16.cl" /* after QR, KB and NKV: its register tiles */
 #define NVD (DVP / 16)
 /* 16-column vectors per P V pass in flash_cpu: the most that divides NVD and is at most VC / 16
  * (checked for 1, 2 and VC / 16, which covers the power-of-two VC the host passes) */
@@ -248,6 +248,229 @@ static inline float16 skipped16(__global const float *vt, __global const float *
     return z;
 }
 
+/* ---- CPU shape: flash_cpu and its steps ---- */
+
+/* A work-item's row group: its QR rows (rows past nq recompute the last one), each row's open
+ * keys [lo, limit), over the group the highest and lowest limit and lo, and the online softmax's
+ * state between key blocks: running maxima m, sums l and unnormalised outputs acc; done once the
+ * group has skipped the rest of the keys. */
+typedef struct {
+    float16 acc[QR][NVD], l[QR];
+    float m[QR];
+    int row[QR], limit[QR], lo[QR];
+    int max_limit, min_limit, max_lo, min_lo, done;
+} cpu_group;
+
+TILE_INLINE void cpu_group_init(cpu_group *g, int row0, int nq, int nk, int d0,
+                                  __global const int *lens, int lens_off, int lens_mode, int4 win)
+{
+    g->max_limit = 0;
+    g->min_limit = nk;
+    g->max_lo = 0;
+    g->min_lo = nk;
+    g->done = 0;
+    #pragma unroll
+    for (int r = 0; r < QR; r++) {
+        int q = min(row0 + r, nq - 1);
+        g->m[r] = -INFINITY;
+        g->l[r] = (float16)(0.0f);
+        #pragma unroll
+        for (int c = 0; c < NVD; c++)
+            g->acc[r][c] = (float16)(0.0f);
+        g->row[r] = q;
+        g->limit[r] = clattn_row_limit(d0, q, nk, lens, lens_off, lens_mode, nq, win);
+        g->lo[r] = clattn_row_lo(q, nk, win);
+        g->max_limit = max(g->max_limit, g->limit[r]);
+        g->min_limit = min(g->min_limit, g->limit[r]);
+        g->max_lo = max(g->max_lo, g->lo[r]);
+        g->min_lo = min(g->min_lo, g->lo[r]);
+    }
+}
+
+/* The group skips every key left: they are blocked and weigh exactly 0 (see flash_cpu). Its
+ * outputs take those keys' zero-weight sums: vt's from block `tail` on (-1: none) and vh's below
+ * block `head` (vt, vh: the K/V batch's, or NULL). */
+TILE_INLINE void cpu_skip_rest(cpu_group *g, __global const float *vt, __global const float *vh,
+                               size_t row, int tail, int head)
+{
+    g->done = 1;
+    #pragma unroll
+    for (int c = 0; c < NVD; c++) {
+        float16 z = skipped16(vt, vh, row, tail, head, 16 * c);
+        #pragma unroll
+        for (int r = 0; r < QR; r++)
+            g->acc[r][c] += z;
+    }
+}
+
+/* s = scale * (Q K^T) for the group's QR rows (qr: their rows of Q) and the block's KB keys
+ * (ktb: its packed panel), in registers. */
+TILE_INLINE void cpu_scores(float16 s[QR][NKV], __global const float *qr[QR],
+                            __global const float *ktb, int d, float scale)
+{
+    tile_panel(s, qr, ktb, d);
+    #pragma unroll
+    for (int r = 0; r < QR; r++)
+        #pragma unroll
+        for (int j = 0; j < NKV; j++)
+            s[r][j] *= (float16)(scale);
+}
+
+/* The bias (NULL: none) and ALiBi (slopes NULL: none) of the group's rows, added to their scores
+ * of the block's keys from kbase. */
+TILE_INLINE void cpu_addends(float16 s[QR][NKV], const cpu_group *g, int kbase, int nq, int nk,
+                               int d0, int d1, __global const float *bias, int bias_off, int4 bs,
+                               __global const float *slopes, float slope)
+{
+    if (bias) {
+        #pragma unroll
+        for (int r = 0; r < QR; r++) {
+            __global const float *brow = clattn_bias_row(bias, bias_off, bs, d0, d1, g->row[r]);
+            #pragma unroll
+            for (int j = 0; j < NKV; j++)
+                s[r][j] += bias16(brow, kbase + 16 * j, nk, bs.w);
+        }
+    }
+    if (slopes) {
+        #pragma unroll
+        for (int r = 0; r < QR; r++) {
+            int diag = g->row[r] + nk - nq - kbase; /* relative to the block */
+            #pragma unroll
+            for (int j = 0; j < NKV; j++)
+                s[r][j] += CLATTN_ALIBI(slope, convert_float16((int16)(diag - 16 * j) - LANES16));
+        }
+    }
+}
+
+/* The fill for the blocked keys among the block's, -inf for its padding keys. */
+TILE_INLINE void cpu_mask(float16 s[QR][NKV], const cpu_group *g, int kbase, int nk, int d0,
+                            int d1, __global const int *mask, int mask_off, int4 ms, float fill)
+{
+    #pragma unroll
+    for (int r = 0; r < QR; r++) {
+        __global const int *mrow = clattn_mask_row(mask, mask_off, ms, d0, d1, g->row[r]);
+        #pragma unroll
+        for (int j = 0; j < NKV; j++)
+            s[r][j] = mask16(s[r][j], kbase + 16 * j, nk, g->lo[r], g->limit[r], mrow, ms.w,
+                             fill);
+    }
+}
+
+/* The online softmax's step for the block: each row's running maximum m raised to the block's,
+ * its probabilities pb = exp(s - m) and their sums ps, and cd[r] its correction exp(m_old - m)
+ * in log2 units (lanes past QR 0). Returns whether some maximum went up (the corrections need
+ * their exponentials); *zero_blocked: whether every new maximum is past `negligible`, so that
+ * every blocked key weighs exactly 0 from here on. */
+TILE_INLINE int cpu_probs(float16 s[QR][NKV], float *m, float16 pb[QR][NKV], float16 *ps,
+                            float cd[16], float negligible, int *zero_blocked)
+{
+    int grew = 0;
+    *zero_blocked = 1;
+    #pragma unroll
+    for (int r = 0; r < 16; r++)
+        cd[r] = 0.0f;
+    #pragma unroll
+    for (int r = 0; r < QR; r++) {
+        float16 vm = s[r][0];
+        #pragma unroll
+        for (int j = 1; j < NKV; j++)
+            vm = max16(vm, s[r][j]);
+        float bm = hmax16(vm), mn = bm > m[r] ? bm : m[r];
+        float mz = mn == -INFINITY ? 0.0f : mn; /* see the top of the file */
+        grew |= mn != m[r];
+        *zero_blocked &= mn > negligible;
+        cd[r] = (m[r] - mz) * M_LOG2E_F;
+        m[r] = mn;
+        ps[r] = (float16)(0.0f);
+        #pragma unroll
+        for (int j = 0; j < NKV; j++) {
+            pb[r][j] = exp2_neg16((s[r][j] - (float16)(mz)) * (float16)(M_LOG2E_F));
+            ps[r] += pb[r][j];
+        }
+    }
+    return grew;
+}
+
+/* The rows' sums l rescaled by their corrections and raised by the block's ps; cd becomes the
+ * corrections themselves (1 when no maximum grew: no exponentials then). */
+TILE_INLINE void cpu_sums(float16 *l, const float16 *ps, float cd[16], int grew)
+{
+    if (grew) {
+        CORR_EXP(cd);
+        #pragma unroll
+        for (int r = 0; r < QR; r++)
+            l[r] = fma(l[r], (float16)(cd[r]), ps[r]);
+    } else {
+        #pragma unroll
+        for (int r = 0; r < QR; r++) {
+            l[r] += ps[r];
+            cd[r] = 1.0f;
+        }
+    }
+}
+
+/* acc = acc * cd + P V over the block's keys [klo, khi) (vb: the block's first value row, rows
+ * vstride apart). NVC output vectors of the QR rows at a time stay in registers over the keys. */
+TILE_INLINE void cpu_pv(float16 acc_mem[QR][NVD], float16 pb[QR][NKV], const float cd[16],
+                          __global const float *vb, int vstride, int klo, int khi)
+{
+    #pragma unroll 1
+    for (int c0 = 0; c0 < NVD; c0 += NVC) {
+        float16 acc[QR][NVC];
+        #pragma unroll
+        for (int r = 0; r < QR; r++)
+            #pragma unroll
+            for (int c = 0; c < NVC; c++)
+                acc[r][c] = acc_mem[r][c0 + c] * (float16)(cd[r]);
+        for (int k = klo; k < khi; k++) {
+            float16 vv[NVC];
+            #pragma unroll
+            for (int c = 0; c < NVC; c++)
+                vv[c] = vload16(c0 + c, vb + k * vstride);
+            #pragma unroll
+            for (int r = 0; r < QR; r++) {
+                float16 pv = (float16)(((const float *)pb[r])[k]);
+                #pragma unroll
+                for (int c = 0; c < NVC; c++)
+                    acc[r][c] = fma(pv, vv[c], acc[r][c]);
+            }
+        }
+        #pragma unroll
+        for (int r = 0; r < QR; r++)
+            #pragma unroll
+            for (int c = 0; c < NVC; c++)
+                acc_mem[r][c0 + c] = acc[r][c];
+    }
+}
+
+/* The group's normalised outputs (and log-sum-exps when lse) for its rows below nq; the padding
+ * columns past dv stay unwritten. */
+TILE_INLINE void cpu_store(const cpu_group *g, int row0, int nq, int dv, __global OTYPE *O,
+                           int4 ol, int D1, int bb, __global float *lse, int lse_off, int2 lse_s)
+{
+    #pragma unroll
+    for (int r = 0; r < QR; r++) {
+        if (row0 + r >= nq)
+            break;
+        float sum = hsum16(g->l[r]), inv = 1.0f / sum;
+        if (lse)
+            lse[lse_off + (size_t)bb * lse_s.x + (size_t)g->row[r] * lse_s.y] = g->m[r] + log(sum);
+        __global OTYPE *o = O + flash_at(ol, D1, bb, g->row[r]);
+        #pragma unroll
+        for (int c = 0; c < NVD; c++) {
+            float16 x = g->acc[r][c] * (float16)(inv);
+            if (16 * c + 16 <= dv) {
+                CLATTN_STORE16(OT, x, o + 16 * c);
+            } else {
+                float t[16];
+                vstore16(x, 0, t);
+                for (int i = 0; 16 * c + i < dv; i++)
+                    CLATTN_STORE(OT, t[i], o + 16 * c + i);
+            }
+        }
+    }
+}
+
 /* Q: float32 (flash_pack_q's copy of a 16-bit Q); kt: packed K; V rows (zero-padded to DVP
  * columns and to nblk * KB keys) with layout vl, packed by flash_pack_v or, when they need no
  * padding (and are float32), the caller's V itself; vt: flash_vtail's sums
@@ -270,36 +493,12 @@ __kernel void flash_cpu(__global const float *Q, int4 ql, __global const float *
     int d0 = bb / D1, d1 = bb % D1, kb = d0 * (D1 / G) + d1 / G; /* kb: the K/V batch */
     const float negligible = fill + NEGLIGIBLE;
     const float slope = clattn_slope(slopes, slopes_off, ss, d0, d1);
-    /* state of the QG row groups, kept in memory between key blocks; a group is done once it
-     * skips the rest of the keys */
-    int grow[QG][QR], glimit[QG][QR], glo[QG][QR], gmax[QG], gmin[QG], gmaxlo[QG], gminlo[QG];
-    int gdone[QG];
+    cpu_group grp[QG]; /* in memory; one group's scores and outputs at a time in registers */
     int first = nblk - 1; /* the item's first key block */
-    float gm[QG][QR];
-    float16 gl[QG][QR], gacc[QG][QR][NVD];
     for (int gi = 0; gi < QG; gi++) {
-        gmax[gi] = 0;
-        gmin[gi] = nk;
-        gmaxlo[gi] = 0;
-        gminlo[gi] = nk;
-        gdone[gi] = 0;
-        #pragma unroll
-        for (int r = 0; r < QR; r++) {
-            int q = min((item * QG + gi) * QR + r, nq - 1); /* rows past nq recompute the last one */
-            grow[gi][r] = q;
-            glimit[gi][r] = clattn_row_limit(d0, q, nk, lens, lens_off, lens_mode, nq, win);
-            glo[gi][r] = clattn_row_lo(q, nk, win);
-            gmax[gi] = max(gmax[gi], glimit[gi][r]);
-            gmin[gi] = min(gmin[gi], glimit[gi][r]);
-            gmaxlo[gi] = max(gmaxlo[gi], glo[gi][r]);
-            gminlo[gi] = min(gminlo[gi], glo[gi][r]);
-            first = min(first, glo[gi][r] / KB);
-            gm[gi][r] = -INFINITY;
-            gl[gi][r] = (float16)(0.0f);
-            #pragma unroll
-            for (int c = 0; c < NVD; c++)
-                gacc[gi][r][c] = (float16)(0.0f);
-        }
+        cpu_group_init(&grp[gi], (item * QG + gi) * QR, nq, nk, d0, lens, lens_off, lens_mode,
+                       win);
+        first = min(first, grp[gi].min_lo / KB);
     }
     for (int it = 0; it < nblk; it++) {
         int blk = it + first < nblk ? it + first : it + first - nblk;
@@ -315,134 +514,40 @@ __kernel void flash_cpu(__global const float *Q, int4 ql, __global const float *
         for (int gi = 0; gi < QG; gi++) {
             if ((item * QG + gi) * QR >= nq)
                 break; /* this and later groups lie past nq */
-            if (gdone[gi])
+            cpu_group *g = &grp[gi];
+            if (g->done)
                 continue;
-            float m[QR];
             int all_negligible = 1;
             #pragma unroll
-            for (int r = 0; r < QR; r++) {
-                m[r] = gm[gi][r];
-                all_negligible &= m[r] > negligible;
-            }
-            if (all_negligible && (lead || kbase >= gmax[gi])) {
+            for (int r = 0; r < QR; r++)
+                all_negligible &= g->m[r] > negligible;
+            if (all_negligible && (lead || kbase >= g->max_limit)) {
                 /* every key left for this group is blocked and weighs exactly 0: from this block
                  * to the end unless it is a lead block, and the lead blocks (all of them: a row
                  * that was not negligible when they began stays so through blocked keys) */
-                gdone[gi] = 1;
-                #pragma unroll
-                for (int c = 0; c < NVD; c++) {
-                    float16 z = skipped16(vt ? vt + vt_off : 0, vh ? vh + vh_off : 0,
-                                          (size_t)kb * nblk, lead ? -1 : blk, first, 16 * c);
-                    #pragma unroll
-                    for (int r = 0; r < QR; r++)
-                        gacc[gi][r][c] += z;
-                }
+                cpu_skip_rest(g, vt ? vt + vt_off : 0, vh ? vh + vh_off : 0, (size_t)kb * nblk,
+                              lead ? -1 : blk, first);
                 continue;
             }
             any = 1;
             __global const float *qr[QR];
             #pragma unroll
             for (int r = 0; r < QR; r++)
-                qr[r] = Q + flash_at(ql, D1, bb, grow[gi][r]);
-            float16 s[QR][NKV];
-            #pragma unroll
-            for (int r = 0; r < QR; r++)
-                #pragma unroll
-                for (int j = 0; j < NKV; j++)
-                    s[r][j] = (float16)(0.0f);
-            for (int e = 0; e < d; e++) {
-                float16 kv[NKV];
-                #pragma unroll
-                for (int j = 0; j < NKV; j++)
-                    kv[j] = vload16(j, ktb + e * KB);
-                #pragma unroll
-                for (int r = 0; r < QR; r++) {
-                    float16 qv = (float16)(qr[r][e]);
-                    #pragma unroll
-                    for (int j = 0; j < NKV; j++)
-                        s[r][j] = fma(qv, kv[j], s[r][j]);
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < QR; r++)
-                #pragma unroll
-                for (int j = 0; j < NKV; j++)
-                    s[r][j] *= (float16)(scale);
-            if (bias) {
-                #pragma unroll
-                for (int r = 0; r < QR; r++) {
-                    __global const float *brow =
-                        clattn_bias_row(bias, bias_off, bs, d0, d1, grow[gi][r]);
-                    #pragma unroll
-                    for (int j = 0; j < NKV; j++)
-                        s[r][j] += bias16(brow, kbase + 16 * j, nk, bs.w);
-                }
-            }
-            if (slopes) {
-                #pragma unroll
-                for (int r = 0; r < QR; r++) {
-                    int diag = grow[gi][r] + nk - nq - kbase; /* relative to the block */
-                    #pragma unroll
-                    for (int j = 0; j < NKV; j++)
-                        s[r][j] += CLATTN_ALIBI(slope, convert_float16((int16)(diag - 16 * j) -
-                                                                       LANES16));
-                }
-            }
-            if (mask || kbase + KB > gmin[gi] || kbase < gmaxlo[gi]) { /* blocked or padding keys */
-                #pragma unroll
-                for (int r = 0; r < QR; r++) {
-                    __global const int *mrow =
-                        clattn_mask_row(mask, mask_off, ms, d0, d1, grow[gi][r]);
-                    #pragma unroll
-                    for (int j = 0; j < NKV; j++)
-                        s[r][j] = mask16(s[r][j], kbase + 16 * j, nk, glo[gi][r], glimit[gi][r],
-                                         mrow, ms.w, fill);
-                }
-            }
-            float16 pb[QR][NKV], ps[QR]; /* probabilities, read back one key at a time in P V */
+                qr[r] = Q + flash_at(ql, D1, bb, g->row[r]);
+            float16 s[QR][NKV], pb[QR][NKV], ps[QR]; /* pb: read back one key at a time in P V */
             float cd[16];
-            int grew = 0; /* some row's maximum went up: its outputs and sums need rescaling */
-            int zero_blocked = 1; /* every row's blocked keys weigh exactly 0 from here on */
-            #pragma unroll
-            for (int r = 0; r < 16; r++)
-                cd[r] = 0.0f;
-            #pragma unroll
-            for (int r = 0; r < QR; r++) {
-                float16 vm = s[r][0];
-                #pragma unroll
-                for (int j = 1; j < NKV; j++)
-                    vm = max16(vm, s[r][j]);
-                float bm = hmax16(vm), mn = bm > m[r] ? bm : m[r];
-                float mz = mn == -INFINITY ? 0.0f : mn; /* see the top of the file */
-                grew |= mn != m[r];
-                zero_blocked &= mn > negligible;
-                cd[r] = (m[r] - mz) * M_LOG2E_F;
-                gm[gi][r] = mn;
-                ps[r] = (float16)(0.0f);
-                #pragma unroll
-                for (int j = 0; j < NKV; j++) {
-                    pb[r][j] = exp2_neg16((s[r][j] - (float16)(mz)) * (float16)(M_LOG2E_F));
-                    ps[r] += pb[r][j];
-                }
-            }
+            cpu_scores(s, qr, ktb, d, scale);
+            cpu_addends(s, g, kbase, nq, nk, d0, d1, bias, bias_off, bs, slopes, slope);
+            if (mask || kbase + KB > g->min_limit || kbase < g->max_lo) /* blocked or padding */
+                cpu_mask(s, g, kbase, nk, d0, d1, mask, mask_off, ms, fill);
+            int zero_blocked, grew = cpu_probs(s, g->m, pb, ps, cd, negligible, &zero_blocked);
             if (drop) {
                 for (int r = 0; r < QR; r++)
                     for (int j = 0; j < NKV; j++)
-                        pb[r][j] = drop16(pb[r][j], ((ulong)bb * nq + grow[gi][r]) * nk + kbase +
+                        pb[r][j] = drop16(pb[r][j], ((ulong)bb * nq + g->row[r]) * nk + kbase +
                                           16 * j, seed, offset, threshold, dscale);
             }
-            if (grew) {
-                CORR_EXP(cd);
-                #pragma unroll
-                for (int r = 0; r < QR; r++)
-                    gl[gi][r] = fma(gl[gi][r], (float16)(cd[r]), ps[r]);
-            } else { /* every correction is 2^0 = 1: skip the exponentials */
-                #pragma unroll
-                for (int r = 0; r < QR; r++) {
-                    gl[gi][r] += ps[r];
-                    cd[r] = 1.0f;
-                }
-            }
+            cpu_sums(g->l, ps, cd, grew);
             /* P V over the keys some row of the group sees, when the others (below every row's
              * window, past every row's limit) weigh exactly 0 and their value rows are finite:
              * then their products are all 0 and skipping them changes nothing. The window's
@@ -450,65 +555,16 @@ __kernel void flash_cpu(__global const float *Q, int4 ql, __global const float *
              * (BENCHMARKS.md). */
             int klo = 0, khi = KB;
             if (zero_blocked && vfinite) {
-                klo = clamp(gminlo[gi] - kbase, 0, KB);
-                khi = clamp(gmax[gi] - kbase, klo, KB);
+                klo = clamp(g->min_lo - kbase, 0, KB);
+                khi = clamp(g->max_limit - kbase, klo, KB);
             }
-            /* NVC output vectors of QR rows at a time stay in registers over the block's keys */
-            #pragma unroll 1
-            for (int c0 = 0; c0 < NVD; c0 += NVC) {
-                float16 acc[QR][NVC];
-                #pragma unroll
-                for (int r = 0; r < QR; r++)
-                    #pragma unroll
-                    for (int c = 0; c < NVC; c++)
-                        acc[r][c] = gacc[gi][r][c0 + c] * (float16)(cd[r]);
-                for (int k = klo; k < khi; k++) {
-                    float16 vv[NVC];
-                    #pragma unroll
-                    for (int c = 0; c < NVC; c++)
-                        vv[c] = vload16(c0 + c, vb + k * vl.w);
-                    #pragma unroll
-                    for (int r = 0; r < QR; r++) {
-                        float16 pv = (float16)(((const float *)pb[r])[k]);
-                        #pragma unroll
-                        for (int c = 0; c < NVC; c++)
-                            acc[r][c] = fma(pv, vv[c], acc[r][c]);
-                    }
-                }
-                #pragma unroll
-                for (int r = 0; r < QR; r++)
-                    #pragma unroll
-                    for (int c = 0; c < NVC; c++)
-                        gacc[gi][r][c0 + c] = acc[r][c];
-            }
+            cpu_pv(g->acc, pb, cd, vb, vl.w, klo, khi);
         }
         if (!any)
             break;
     }
-    for (int gi = 0; gi < QG; gi++) {
-        #pragma unroll
-        for (int r = 0; r < QR; r++) {
-            if ((item * QG + gi) * QR + r >= nq)
-                break;
-            float l = hsum16(gl[gi][r]), inv = 1.0f / l;
-            if (lse)
-                lse[lse_off + (size_t)bb * lse_s.x + (size_t)grow[gi][r] * lse_s.y] =
-                    gm[gi][r] + log(l);
-            __global OTYPE *o = O + flash_at(ol, D1, bb, grow[gi][r]);
-            #pragma unroll
-            for (int c = 0; c < NVD; c++) {
-                float16 x = gacc[gi][r][c] * (float16)(inv);
-                if (16 * c + 16 <= dv) {
-                    CLATTN_STORE16(OT, x, o + 16 * c);
-                } else { /* the padding columns past dv stay unwritten */
-                    float t[16];
-                    vstore16(x, 0, t);
-                    for (int i = 0; 16 * c + i < dv; i++)
-                        CLATTN_STORE(OT, t[i], o + 16 * c + i);
-                }
-            }
-        }
-    }
+    for (int gi = 0; gi < QG; gi++)
+        cpu_store(&grp[gi], (item * QG + gi) * QR, nq, dv, O, ol, D1, bb, lse, lse_off, lse_s);
 }
 
 /* ---- GPU shape ---- */

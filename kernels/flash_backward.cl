@@ -28,7 +28,6 @@
  * where causal and windowed attention save their work. Otherwise it is computed like any other,
  * so NaN and infinity spread exactly as through the unfused chain's products. */
 #include "common.cl"
-#include "tile16.cl"
 
 #ifndef QR
 #define QR 6
@@ -44,9 +43,7 @@
 #endif
 #define NKV (KB / 16)
 #define NVC (VC / 16) /* 16-column vectors per pass over a row */
-/* The tile helpers take register arrays: not inlined (PoCL 3.1 left bwd_rank_update a call),
- * those live in memory and every use is a load. */
-#define BWD_INLINE static inline __attribute__((always_inline))
+#include "tile16.cl" /* after QR, KB and NKV: its register tiles */
 
 #define FLASH_MASK_PARAMS                                                                        \
     int D1, int G, __global const int *lens, int lens_off, int lens_mode,                       \
@@ -170,35 +167,10 @@ __kernel void flash_bwd_reduce(__global const float *part, int part_off, int nch
     }
 }
 
-/* t[r] = the QR rows rp[r] (n floats each) times the block's (n, KB) panel: the QR x KB tile of
- * products in registers, each row broadcast one element at a time. */
-BWD_INLINE void bwd_panel(float16 t[QR][NKV], __global const float *rp[QR],
-                             __global const float *panel, int n)
-{
-    #pragma unroll
-    for (int r = 0; r < QR; r++)
-        #pragma unroll
-        for (int j = 0; j < NKV; j++)
-            t[r][j] = (float16)(0.0f);
-    for (int e = 0; e < n; e++) {
-        float16 pv[NKV];
-        #pragma unroll
-        for (int j = 0; j < NKV; j++)
-            pv[j] = vload16(j, panel + e * KB);
-        #pragma unroll
-        for (int r = 0; r < QR; r++) {
-            float16 xv = (float16)(rp[r][e]);
-            #pragma unroll
-            for (int j = 0; j < NKV; j++)
-                t[r][j] = fma(xv, pv[j], t[r][j]);
-        }
-    }
-}
-
 /* acc (kn rows dp apart, from column c0) += sum over rows r of w[r][k] x[r] for each key k < kn:
  * a rank-QR update with the rows' NVC vectors x in registers. acc + c0 and dp: multiples of 16
  * floats from a 64-byte boundary (float16's alignment). */
-BWD_INLINE void bwd_rank_update(__global float *acc, int dp, int kn, int c0,
+TILE_INLINE void bwd_rank_update(__global float *acc, int dp, int kn, int c0,
                                    float16 w[QR][NKV], float16 x[QR][NVC])
 {
     for (int k = 0; k < kn; k++) {
@@ -222,7 +194,7 @@ BWD_INLINE void bwd_rank_update(__global float *acc, int dp, int kn, int c0,
 }
 
 /* x[r] = the NVC vectors from column c0 of the QR rows (zero past n and in rows r >= nr) */
-BWD_INLINE void bwd_rows(float16 x[QR][NVC], __global const float *rp[QR], int nr, int c0,
+TILE_INLINE void bwd_rows(float16 x[QR][NVC], __global const float *rp[QR], int nr, int c0,
                             int n)
 {
     #pragma unroll
@@ -305,7 +277,7 @@ void flash_bwd_cpu(__global const float *Q, int4 ql, __global const float *pk,
                 }
                 /* S, masked as the forward, and P = exp(S - lse): zero in rows past nq */
                 float16 p[QR][NKV], ds[QR][NKV], x[QR][NVC];
-                bwd_panel(p, qr, kt, d);
+                tile_panel(p, qr, kt, d);
                 #pragma unroll
                 for (int r = 0; r < QR; r++) {
                     __global const float *brow =
@@ -331,7 +303,7 @@ void flash_bwd_cpu(__global const float *Q, int4 ql, __global const float *pk,
                 }
                 if (want & 3) {
                     /* dP = dout V^T, then dS = P (dropout'(dP) - D) scale, 0 where blocked */
-                    bwd_panel(ds, gr, vt, dv);
+                    tile_panel(ds, gr, vt, dv);
                     #pragma unroll
                     for (int r = 0; r < QR; r++) {
                         __global const int *mrow =

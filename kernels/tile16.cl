@@ -90,4 +90,37 @@ static inline float16 exp2_neg16(float16 x)
     CLATTN_EXP2_NEG(float16, int16)
 }
 
+/* ---- register tiles of QR rows x KB keys, for a kernel that defines QR, KB and NKV (KB / 16)
+ * before it includes this file ---- */
+#if defined(QR) && defined(KB) && defined(NKV)
+/* The tile helpers take register arrays: not inlined (PoCL 3.1 left one a call), those live in
+ * memory and every use is a load. */
+#define TILE_INLINE static inline __attribute__((always_inline))
+
+/* t[r] = the QR rows rp[r] (n floats each) times a (n, KB) panel: the QR x KB tile of products
+ * in registers, each row broadcast one element at a time. */
+TILE_INLINE void tile_panel(float16 t[QR][NKV], __global const float *rp[QR],
+                            __global const float *panel, int n)
+{
+    #pragma unroll
+    for (int r = 0; r < QR; r++)
+        #pragma unroll
+        for (int j = 0; j < NKV; j++)
+            t[r][j] = (float16)(0.0f);
+    for (int e = 0; e < n; e++) {
+        float16 pv[NKV];
+        #pragma unroll
+        for (int j = 0; j < NKV; j++)
+            pv[j] = vload16(j, panel + e * KB);
+        #pragma unroll
+        for (int r = 0; r < QR; r++) {
+            float16 xv = (float16)(rp[r][e]);
+            #pragma unroll
+            for (int j = 0; j < NKV; j++)
+                t[r][j] = fma(xv, pv[j], t[r][j]);
+        }
+    }
+}
+#endif
+
 #endif
