@@ -171,7 +171,7 @@ __kernel void flash_bwd_reduce(__global const float *part, int part_off, int nch
  * a rank-QR update with the rows' NVC vectors x in registers. acc + c0 and dp: multiples of 16
  * floats from a 64-byte boundary (float16's alignment). */
 TILE_INLINE void bwd_rank_update(__global float *acc, int dp, int kn, int c0,
-                                   float16 w[QR][NKV], float16 x[QR][NVC])
+                                 float16 w[QR][NKV], float16 x[QR][NVC])
 {
     for (int k = 0; k < kn; k++) {
         /* float16 pointers, not vstore16: PoCL 3.1 splits vstore16 into four 128-bit stores */
@@ -195,13 +195,146 @@ TILE_INLINE void bwd_rank_update(__global float *acc, int dp, int kn, int c0,
 
 /* x[r] = the NVC vectors from column c0 of the QR rows (zero past n and in rows r >= nr) */
 TILE_INLINE void bwd_rows(float16 x[QR][NVC], __global const float *rp[QR], int nr, int c0,
-                            int n)
+                          int n)
 {
     #pragma unroll
     for (int r = 0; r < QR; r++)
         #pragma unroll
         for (int c = 0; c < NVC; c++)
             x[r][c] = r < nr ? bwd_load(rp[r], c0 + 16 * c, n) : (float16)(0.0f);
+}
+
+/* A tile's QR query rows of batch bb from i0 (nr of them below nq; the rows past nq repeat the
+ * last, with weight 0): each row's open keys [lo, limit), log-sum-exp, D and flags. */
+typedef struct {
+    int row[QR], limit[QR], lo[QR], flags[QR], nr;
+    float lse[QR], dsum[QR];
+} bwd_tile;
+
+/* Fills t. Returns 1 when the tile adds exactly 0 for the block of keys [kbase, kbase + kn) and
+ * is skipped (see the top of the file; kfinite: the block's K rows are finite). */
+TILE_INLINE int bwd_tile_init(bwd_tile *t, int bb, int i0, int nq, int nk, int d0, int kbase,
+                              int kn, int kfinite, float negligible, __global const float *lse,
+                              __global const float *rows, __global const int *bad_rows,
+                              __global const int *lens, int lens_off, int lens_mode, int4 win)
+{
+    int skip = kfinite;
+    t->nr = min(QR, nq - i0);
+    #pragma unroll
+    for (int r = 0; r < QR; r++) {
+        int q = i0 + min(r, t->nr - 1);
+        size_t i = (size_t)bb * nq + q;
+        t->row[r] = q;
+        t->limit[r] = clattn_row_limit(d0, q, nk, lens, lens_off, lens_mode, nq, win);
+        t->lo[r] = clattn_row_lo(q, nk, win);
+        t->lse[r] = lse[i];
+        t->dsum[r] = rows[i];
+        t->flags[r] = bad_rows[i];
+        skip &= !(t->flags[r] & ROW_NONFINITE) &&
+                (kbase >= t->limit[r] || kbase + kn <= t->lo[r]) && t->lse[r] > negligible;
+    }
+    return skip;
+}
+
+/* P = exp(S - lse) for the tile's rows and the block's keys from kbase, S masked as the forward
+ * (scale, bias, ALiBi, fill): p holds Q K^T on entry; rows past nq get 0. */
+TILE_INLINE void bwd_probs(float16 p[QR][NKV], const bwd_tile *t, int kbase, int nq, int nk,
+                           int d0, int d1, float scale, __global const float *bias, int bias_off,
+                           int4 bs, __global const float *slopes, float slope,
+                           __global const int *mask, int mask_off, int4 ms, float fill)
+{
+    #pragma unroll
+    for (int r = 0; r < QR; r++) {
+        __global const float *brow = clattn_bias_row(bias, bias_off, bs, d0, d1, t->row[r]);
+        __global const int *mrow = clattn_mask_row(mask, mask_off, ms, d0, d1, t->row[r]);
+        #pragma unroll
+        for (int j = 0; j < NKV; j++) {
+            int kidx = kbase + 16 * j;
+            float16 s = p[r][j] * (float16)(scale);
+            if (bias)
+                s += bias16(brow, kidx, nk, bs.w);
+            if (slopes)
+                s += CLATTN_ALIBI(slope, convert_float16((int16)(t->row[r] + nk - nq - kidx) -
+                                                         LANES16));
+            s = mask16(s, kidx, nk, t->lo[r], t->limit[r], mrow, ms.w, fill);
+            s = exp2_neg16((s - (float16)(t->lse[r])) * (float16)(M_LOG2E_F));
+            if ((t->flags[r] & ROW_BLOCKED) && fill != -INFINITY) /* see flash_bwd_rows */
+                s = select((float16)(0.0f), (float16)(1.0f / nk),
+                           (int16)(kidx) + LANES16 < (int16)(nk));
+            p[r][j] = r < t->nr ? s : (float16)(0.0f);
+        }
+    }
+}
+
+/* dS = P (dropout'(dP) - D) scale for the tile's rows and the block's keys from kbase, 0 where
+ * the mask blocks a key and in rows past nq: ds holds dP = dout V^T on entry. */
+TILE_INLINE void bwd_dscores(float16 ds[QR][NKV], float16 p[QR][NKV], const bwd_tile *t, int bb,
+                             int kbase, int nq, int nk, int d0, int d1, float scale,
+                             __global const int *mask, int mask_off, int4 ms, FLASH_DROP_PARAMS)
+{
+    #pragma unroll
+    for (int r = 0; r < QR; r++) {
+        __global const int *mrow = clattn_mask_row(mask, mask_off, ms, d0, d1, t->row[r]);
+        #pragma unroll
+        for (int j = 0; j < NKV; j++) {
+            int kidx = kbase + 16 * j;
+            float16 y = ds[r][j];
+            if (drop)
+                y = drop16(y, ((ulong)bb * nq + t->row[r]) * nk + kidx, seed, offset, threshold,
+                           dscale);
+            y = p[r][j] * (y - (float16)(t->dsum[r])) * (float16)(scale);
+            int16 ok = open16(kidx, nk, t->lo[r], t->limit[r], mrow, ms.w);
+            ds[r][j] = select((float16)(0.0f), y, ok & (int16)(r < t->nr ? -1 : 0));
+        }
+    }
+}
+
+/* The tile's dQ rows (dq: layout dql) += dS K over the block's kn keys, from its padded K rows
+ * (krows: (KB, dp)), VC columns at a time. */
+TILE_INLINE void bwd_dq(__global float *dq, int4 dql, int D1, int bb, const bwd_tile *t,
+                        float16 ds[QR][NKV], __global const float *krows, int kn, int dp, int d)
+{
+    #pragma unroll 1
+    for (int c0 = 0; c0 < dp; c0 += VC) {
+        float16 a[QR][NVC];
+        #pragma unroll
+        for (int r = 0; r < QR; r++)
+            #pragma unroll
+            for (int c = 0; c < NVC; c++)
+                a[r][c] = bwd_load(dq + bwd_at(dql, D1, bb, t->row[r]), c0 + 16 * c, d);
+        for (int k = 0; k < kn; k++) {
+            float16 kv[NVC];
+            #pragma unroll
+            for (int c = 0; c < NVC; c++)
+                kv[c] = vload16(c, krows + (size_t)k * dp + c0);
+            #pragma unroll
+            for (int r = 0; r < QR; r++) {
+                float16 w = (float16)(((const float *)ds[r])[k]);
+                #pragma unroll
+                for (int c = 0; c < NVC; c++)
+                    a[r][c] = fma(w, kv[c], a[r][c]);
+            }
+        }
+        #pragma unroll
+        for (int r = 0; r < QR; r++) {
+            if (r >= t->nr)
+                break;
+            #pragma unroll
+            for (int c = 0; c < NVC; c++)
+                bwd_store(a[r][c], dq + bwd_at(dql, D1, bb, t->row[r]), c0 + 16 * c, d);
+        }
+    }
+}
+
+/* The n floats of the kn rows of acc (stride ap) to the rows from kbase of batch kb of dst. */
+static inline void bwd_copy_rows(__global float *dst, int4 l, int D1kv, int kb, int kbase,
+                                 int kn, __global const float *acc, int ap, int n)
+{
+    for (int k = 0; k < kn; k++) {
+        __global float *r = dst + bwd_at(l, D1kv, kb, kbase + k);
+        for (int e = 0; e < n; e++)
+            r[e] = acc[(size_t)k * ap + e];
+    }
 }
 
 /* The gradients, one work-item per (chunk, K/V batch) (see the top of the file). pk, kbad:
@@ -251,138 +384,49 @@ void flash_bwd_cpu(__global const float *Q, int4 ql, __global const float *pk,
             float slope = clattn_slope(slopes, slopes_off, ss, d0, d1);
             #pragma unroll 1
             for (int i0 = 0; i0 < nq; i0 += QR) {
-                int nr = min(QR, nq - i0), row[QR], limit[QR], lo[QR], flags[QR];
-                int skip = kfinite;
-                float lr[QR], dr[QR];
-                #pragma unroll
-                for (int r = 0; r < QR; r++) {
-                    int q = i0 + min(r, nr - 1); /* rows past nq repeat the last, weigh 0 */
-                    size_t i = (size_t)bb * nq + q;
-                    row[r] = q;
-                    limit[r] = clattn_row_limit(d0, q, nk, lens, lens_off, lens_mode, nq, win);
-                    lo[r] = clattn_row_lo(q, nk, win);
-                    lr[r] = lse[lse_off + i];
-                    dr[r] = rows[d_off + i];
-                    flags[r] = bad_rows[i];
-                    skip &= !(flags[r] & ROW_NONFINITE) &&
-                            (kbase >= limit[r] || kbase + kn <= lo[r]) && lr[r] > negligible;
-                }
-                if (skip)
+                bwd_tile t;
+                if (bwd_tile_init(&t, bb, i0, nq, nk, d0, kbase, kn, kfinite, negligible,
+                                  lse + lse_off, rows + d_off, bad_rows, lens, lens_off,
+                                  lens_mode, win))
                     continue;
                 __global const float *qr[QR], *gr[QR];
                 #pragma unroll
                 for (int r = 0; r < QR; r++) {
-                    qr[r] = Q + bwd_at(ql, D1, bb, row[r]);
-                    gr[r] = dO + bwd_at(dol, D1, bb, row[r]);
+                    qr[r] = Q + bwd_at(ql, D1, bb, t.row[r]);
+                    gr[r] = dO + bwd_at(dol, D1, bb, t.row[r]);
                 }
-                /* S, masked as the forward, and P = exp(S - lse): zero in rows past nq */
                 float16 p[QR][NKV], ds[QR][NKV], x[QR][NVC];
                 tile_panel(p, qr, kt, d);
-                #pragma unroll
-                for (int r = 0; r < QR; r++) {
-                    __global const float *brow =
-                        clattn_bias_row(bias, bias_off, bs, d0, d1, row[r]);
-                    __global const int *mrow =
-                        clattn_mask_row(mask, mask_off, ms, d0, d1, row[r]);
-                    #pragma unroll
-                    for (int j = 0; j < NKV; j++) {
-                        int kidx = kbase + 16 * j;
-                        float16 s = p[r][j] * (float16)(scale);
-                        if (bias)
-                            s += bias16(brow, kidx, nk, bs.w);
-                        if (slopes)
-                            s += CLATTN_ALIBI(slope, convert_float16((int16)(row[r] + nk - nq -
-                                                                             kidx) - LANES16));
-                        s = mask16(s, kidx, nk, lo[r], limit[r], mrow, ms.w, fill);
-                        s = exp2_neg16((s - (float16)(lr[r])) * (float16)(M_LOG2E_F));
-                        if ((flags[r] & ROW_BLOCKED) && fill != -INFINITY) /* see flash_bwd_rows */
-                            s = select((float16)(0.0f), (float16)(1.0f / nk),
-                                       (int16)(kidx) + LANES16 < (int16)(nk));
-                        p[r][j] = r < nr ? s : (float16)(0.0f);
-                    }
-                }
+                bwd_probs(p, &t, kbase, nq, nk, d0, d1, scale, bias, bias_off, bs, slopes, slope,
+                          mask, mask_off, ms, fill);
                 if (want & 3) {
-                    /* dP = dout V^T, then dS = P (dropout'(dP) - D) scale, 0 where blocked */
-                    tile_panel(ds, gr, vt, dv);
-                    #pragma unroll
-                    for (int r = 0; r < QR; r++) {
-                        __global const int *mrow =
-                            clattn_mask_row(mask, mask_off, ms, d0, d1, row[r]);
-                        #pragma unroll
-                        for (int j = 0; j < NKV; j++) {
-                            int kidx = kbase + 16 * j;
-                            float16 y = ds[r][j];
-                            if (drop)
-                                y = drop16(y, ((ulong)bb * nq + row[r]) * nk + kidx, seed, offset,
-                                           threshold, dscale);
-                            y = p[r][j] * (y - (float16)(dr[r])) * (float16)(scale);
-                            int16 ok = open16(kidx, nk, lo[r], limit[r], mrow, ms.w);
-                            ds[r][j] = select((float16)(0.0f), y, ok & (int16)(r < nr ? -1 : 0));
-                        }
-                    }
+                    tile_panel(ds, gr, vt, dv); /* dP = dout V^T */
+                    bwd_dscores(ds, p, &t, bb, kbase, nq, nk, d0, d1, scale, mask, mask_off, ms,
+                                drop, seed, offset, threshold, dscale);
                 }
                 if (drop) /* dV takes the probabilities after dropout */
                     for (int r = 0; r < QR; r++)
                         for (int j = 0; j < NKV; j++)
-                            p[r][j] = drop16(p[r][j], ((ulong)bb * nq + row[r]) * nk + kbase +
+                            p[r][j] = drop16(p[r][j], ((ulong)bb * nq + t.row[r]) * nk + kbase +
                                              16 * j, seed, offset, threshold, dscale);
                 /* dV rows += P^T dout, dK rows += dS^T Q */
                 #pragma unroll 1
                 for (int c0 = 0; c0 < dvp && (want & 4); c0 += VC) {
-                    bwd_rows(x, gr, nr, c0, dv);
+                    bwd_rows(x, gr, t.nr, c0, dv);
                     bwd_rank_update(av, dvp, kn, c0, p, x);
                 }
                 #pragma unroll 1
                 for (int c0 = 0; c0 < dp && (want & 2); c0 += VC) {
-                    bwd_rows(x, qr, nr, c0, d);
+                    bwd_rows(x, qr, t.nr, c0, d);
                     bwd_rank_update(ak, dp, kn, c0, ds, x);
                 }
-                if (!(want & 1))
-                    continue;
-                /* dQ rows += dS K, from the block's padded K rows */
-                #pragma unroll 1
-                for (int c0 = 0; c0 < dp; c0 += VC) {
-                    float16 a[QR][NVC];
-                    #pragma unroll
-                    for (int r = 0; r < QR; r++)
-                        #pragma unroll
-                        for (int c = 0; c < NVC; c++)
-                            a[r][c] = bwd_load(dq + bwd_at(dql, D1, bb, row[r]), c0 + 16 * c, d);
-                    for (int k = 0; k < kn; k++) {
-                        float16 kv[NVC];
-                        #pragma unroll
-                        for (int c = 0; c < NVC; c++)
-                            kv[c] = vload16(c, krows + (size_t)k * dp + c0);
-                        #pragma unroll
-                        for (int r = 0; r < QR; r++) {
-                            float16 w = (float16)(((const float *)ds[r])[k]);
-                            #pragma unroll
-                            for (int c = 0; c < NVC; c++)
-                                a[r][c] = fma(w, kv[c], a[r][c]);
-                        }
-                    }
-                    #pragma unroll
-                    for (int r = 0; r < QR; r++) {
-                        if (r >= nr)
-                            break;
-                        #pragma unroll
-                        for (int c = 0; c < NVC; c++)
-                            bwd_store(a[r][c], dq + bwd_at(dql, D1, bb, row[r]), c0 + 16 * c, d);
-                    }
-                }
+                if (want & 1)
+                    bwd_dq(dq, dql, D1, bb, &t, ds, krows, kn, dp, d);
             }
         }
-        for (int k = 0; k < kn; k++) { /* the block's rows of dK and dV */
-            if (want & 2) {
-                __global float *r = dK + bwd_at(dkl, D1kv, kb, kbase + k);
-                for (int e = 0; e < d; e++)
-                    r[e] = ak[(size_t)k * dp + e];
-            }
-            if (want & 4) {
-                __global float *r = dV + bwd_at(dvl, D1kv, kb, kbase + k);
-                for (int c = 0; c < dv; c++)
-                    r[c] = av[(size_t)k * dvp + c];
-            }
-        }
+        if (want & 2)
+            bwd_copy_rows(dK, dkl, D1kv, kb, kbase, kn, ak, dp, d);
+        if (want & 4)
+            bwd_copy_rows(dV, dvl, D1kv, kb, kbase, kn, av, dvp, dv);
     }
 }
