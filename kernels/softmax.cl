@@ -94,19 +94,25 @@
 #define vstore_halfV vstore_half16
 #define bf16_to_f32V clattn_bf16_to_f3216
 #define f16_to_f32V clattn_f16_to_f3216
+#define f32_to_f16V clattn_f32_to_f1616
 #define f32_to_bf16V clattn_f32_to_bf1616
 #else
 #define ushortV ushort8
 #define vstore_halfV vstore_half8
 #define bf16_to_f32V clattn_bf16_to_f328
 #define f16_to_f32V clattn_f16_to_f328
+#define f32_to_f16V clattn_f32_to_f168
 #define f32_to_bf16V clattn_f32_to_bf168
 #endif
 #define ALOADV_0(p) (*(__global const floatV *)(p))
 #define ALOADV_2(p) f16_to_f32V(*(__global const ushortV *)(p))
 #define ALOADV_3(p) bf16_to_f32V(*(__global const ushortV *)(p))
 #define ASTOREV_0(v, p) (*(__global floatV *)(p) = (v))
+#if CLATTN_FP16 == 2 /* half=clang: one conversion of 16 floats, where vstore_half16 takes two */
+#define ASTOREV_2(v, p) (*(__global ushortV *)(p) = f32_to_f16V(v))
+#else
 #define ASTOREV_2(v, p) vstore_halfV((v), 0, (__global half *)(p))
+#endif
 #define ASTOREV_3(v, p) (*(__global ushortV *)(p) = f32_to_bf16V(v))
 #undef LDXV
 #undef STYV
@@ -137,17 +143,19 @@
 #endif
 #define E_AGAIN(k, expr) (yr[k])
 #else
+/* eb is 64-byte aligned and k a multiple of VW: one vector move each way (PoCL 3.1 splits
+ * vstore16 into three stores even on a private pointer) */
 #define KEEP_EV(e, k)                                                                            \
     do {                                                                                         \
         if (eb)                                                                                  \
-            vstoreV_f(e, eb + (k));                                                              \
+            *(floatV *)(eb + (k)) = (e);                                                         \
     } while (0)
 #define KEEP_E(e, k)                                                                             \
     do {                                                                                         \
         if (eb)                                                                                  \
             eb[k] = (e);                                                                         \
     } while (0)
-#define E_AGAINV(k, expr) (eb ? vloadV(0, eb + (k)) : (expr))
+#define E_AGAINV(k, expr) (eb ? *(const floatV *)(eb + (k)) : (expr))
 #define E_AGAIN(k, expr) (eb ? eb[k] : (expr))
 #endif
 #if VW == 16
@@ -331,18 +339,28 @@ static inline float softmax_prefix(__global const XTYPE *xr, __global YTYPE *yr,
         STY(E_AGAIN(k, clattn_exp_neg(LDX(xr + k) - m)) * inv, yr + k);
     for (; k < K && k % VW; k++)
         STY(y_fill, yr + k);
-    /* the blocked outputs, often most of a row, in 64-byte stores: 1.1x faster float16 rows
-     * (AVX-512 EPYC, 4096 x 1024, random lengths). A 16-bit row as uints: k is a multiple of VW
-     * here, and with ALIGNV so is the row's start, so every uint is aligned. */
+    /* the blocked outputs, often most of a row, as whole aligned vectors four at a time: k is a
+     * multiple of VW here, and with ALIGNV so is the row's start (PoCL 3.1 splits a vstore16 on a
+     * global pointer into 16-byte moves) */
+#if ALIGNV
+    {
 #if YT == 0
+        floatV f = (floatV)(y_fill);
+        __global floatV *yv = (__global floatV *)(yr + k);
+#else
+        ushortV f = (ushortV)(YT == 2 ? clattn_f32_to_f16(y_fill) : clattn_f32_to_bf16(y_fill));
+        __global ushortV *yv = (__global ushortV *)(yr + k);
+#endif
+        for (; k + 4 * VW <= K; k += 4 * VW, yv += 4) {
+            yv[0] = f;
+            yv[1] = f;
+            yv[2] = f;
+            yv[3] = f;
+        }
+    }
+#elif YT == 0
     for (; k + 16 <= K; k += 16)
         vstore16((float16)(y_fill), 0, yr + k);
-#elif ALIGNV
-    {
-        uint bits = YT == 2 ? clattn_f32_to_f16(y_fill) : clattn_f32_to_bf16(y_fill);
-        for (; k + 32 <= K; k += 32)
-            vstore16((uint16)(bits | bits << 16), 0, (__global uint *)(yr + k));
-    }
 #endif
     for (; k + VW <= K; k += VW)
         STYV((floatV)(y_fill), yr + k);
@@ -367,7 +385,7 @@ __kernel void masked_softmax_rows(__global const XTYPE *x, int x_off, __global Y
 #if YT == 0
     float *eb = 0; /* y itself holds them */
 #else
-    float ebuf[EB], *eb = K <= EB ? ebuf : 0;
+    float ebuf[EB] __attribute__((aligned(64))), *eb = K <= EB ? ebuf : 0;
 #endif
     if (!mrow && !ad.brow && !ad.alibi && lo == 0) {
         /* the next row's live scores, which this thread most likely takes next (PoCL hands its
