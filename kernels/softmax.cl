@@ -81,7 +81,8 @@
 /* ALIGNV (set by the host when K, x_off and y_off are multiples of VW and both buffers start on
  * 64 bytes) makes every vector of x and y in the row kernel an aligned one: PoCL 3.1 splits
  * vload16 / vstore16 on global pointers into narrow moves, and its vstore_half8 / 16 (which
- * fault on unaligned addresses) are F16C's one-instruction conversion. Its vload_half8 is not
+ * fault on unaligned addresses) are F16C conversions (one per 8 floats; with half=clang the row
+ * kernel converts 16 at once through clang's __fp16 instead). Its vload_half8 is not
  * used: it converts with F16C, then checks every lane for NaN in scalar code, slower than
  * dtype.cl's integer conversion. On PoCL (AVX-512 EPYC, 4096 x 1024 and 16384 x 4096) this made
  * float16 1.6-1.9x and bfloat16 1.3-1.65x faster, float32 unchanged. */

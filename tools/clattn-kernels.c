@@ -84,6 +84,7 @@ static const struct {
     {"convert.cl", "-D CLATTN_FP16=2 -D XT=2 -D YT=3 "},
     {"softmax.cl", "-D CLATTN_FP16=2 -D XT=2 -D YT=2 "},
     {"softmax.cl", "-D CLATTN_FP16=2 -D VW=16 -D ALIGNV=1 -D XT=2 -D YT=2 "},
+    {"softmax.cl", "-D CLATTN_FP16=2 -D VW=8 -D ALIGNV=1 -D XT=3 -D YT=2 "},
     {"decode.cl", "-D CLATTN_FP16=2 -D QT=2 -D CT=2 -D NT=2 "},
     {"decode.cl", "-D CLATTN_FP16=2 -D ALIGN16=1 -D CT=2 "},
     {"matmul.cl", "-D CLATTN_FP16=2 -D AT=2 -D BT=2 "},
