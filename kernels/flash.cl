@@ -107,7 +107,6 @@
 #error "KB, DVP and VC must be multiples of 16"
 #endif
 #define NKV (KB / 16)
-#include "tile16.cl" /* after QR, KB and NKV: its register tiles */
 #define NVD (DVP / 16)
 /* 16-column vectors per P V pass in flash_cpu: the most that divides NVD and is at most VC / 16
  * (checked for 1, 2 and VC / 16, which covers the power-of-two VC the host passes) */
@@ -120,6 +119,7 @@
 #else
 #define NVC 1
 #endif
+#include "tile16.cl" /* after QR, KB, NKV and NVC: its register tiles */
 
 #define FLASH_MASK_PARAMS                                                                        \
     int D1, int G, __global const int *lens, int lens_off, int lens_mode,                       \
@@ -422,19 +422,7 @@ TILE_INLINE void cpu_pv(float16 acc_mem[QR][NVD], float16 pb[QR][NKV], const flo
             #pragma unroll
             for (int c = 0; c < NVC; c++)
                 acc[r][c] = acc_mem[r][c0 + c] * (float16)(cd[r]);
-        for (int k = klo; k < khi; k++) {
-            float16 vv[NVC];
-            #pragma unroll
-            for (int c = 0; c < NVC; c++)
-                vv[c] = vload16(c0 + c, vb + k * vstride);
-            #pragma unroll
-            for (int r = 0; r < QR; r++) {
-                float16 pv = (float16)(((const float *)pb[r])[k]);
-                #pragma unroll
-                for (int c = 0; c < NVC; c++)
-                    acc[r][c] = fma(pv, vv[c], acc[r][c]);
-            }
-        }
+        tile_rows_fma(acc, pb, vb + 16 * c0, vstride, klo, khi);
         #pragma unroll
         for (int r = 0; r < QR; r++)
             #pragma unroll

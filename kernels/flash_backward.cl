@@ -43,7 +43,7 @@
 #endif
 #define NKV (KB / 16)
 #define NVC (VC / 16) /* 16-column vectors per pass over a row */
-#include "tile16.cl" /* after QR, KB and NKV: its register tiles */
+#include "tile16.cl" /* after QR, KB, NKV and NVC: its register tiles */
 
 #define FLASH_MASK_PARAMS                                                                        \
     int D1, int G, __global const int *lens, int lens_off, int lens_mode,                       \
@@ -302,19 +302,7 @@ TILE_INLINE void bwd_dq(__global float *dq, int4 dql, int D1, int bb, const bwd_
             #pragma unroll
             for (int c = 0; c < NVC; c++)
                 a[r][c] = bwd_load(dq + bwd_at(dql, D1, bb, t->row[r]), c0 + 16 * c, d);
-        for (int k = 0; k < kn; k++) {
-            float16 kv[NVC];
-            #pragma unroll
-            for (int c = 0; c < NVC; c++)
-                kv[c] = vload16(c, krows + (size_t)k * dp + c0);
-            #pragma unroll
-            for (int r = 0; r < QR; r++) {
-                float16 w = (float16)(((const float *)ds[r])[k]);
-                #pragma unroll
-                for (int c = 0; c < NVC; c++)
-                    a[r][c] = fma(w, kv[c], a[r][c]);
-            }
-        }
+        tile_rows_fma(a, ds, krows + c0, dp, 0, kn);
         #pragma unroll
         for (int r = 0; r < QR; r++) {
             if (r >= t->nr)

@@ -90,9 +90,9 @@ static inline float16 exp2_neg16(float16 x)
     CLATTN_EXP2_NEG(float16, int16)
 }
 
-/* ---- register tiles of QR rows x KB keys, for a kernel that defines QR, KB and NKV (KB / 16)
- * before it includes this file ---- */
-#if defined(QR) && defined(KB) && defined(NKV)
+/* ---- register tiles of QR rows x KB keys, for a kernel that defines QR, KB, NKV (KB / 16) and
+ * NVC (16-column vectors of a row per pass) before it includes this file ---- */
+#if defined(QR) && defined(KB) && defined(NKV) && defined(NVC)
 /* The tile helpers take register arrays: not inlined (PoCL 3.1 left one a call), those live in
  * memory and every use is a load. */
 #define TILE_INLINE static inline __attribute__((always_inline))
@@ -118,6 +118,26 @@ TILE_INLINE void tile_panel(float16 t[QR][NKV], __global const float *rp[QR],
             #pragma unroll
             for (int j = 0; j < NKV; j++)
                 t[r][j] = fma(xv, pv[j], t[r][j]);
+        }
+    }
+}
+
+/* a[r] += w[r][k] x (row k's NVC vectors) for the keys k in [k_lo, k_hi): rows from `rows`,
+ * `stride` floats apart, each row's vectors in registers once for all QR rows. */
+TILE_INLINE void tile_rows_fma(float16 a[QR][NVC], float16 w[QR][NKV], __global const float *rows,
+                               int stride, int k_lo, int k_hi)
+{
+    for (int k = k_lo; k < k_hi; k++) {
+        float16 v[NVC];
+        #pragma unroll
+        for (int c = 0; c < NVC; c++)
+            v[c] = vload16(c, rows + (size_t)k * stride);
+        #pragma unroll
+        for (int r = 0; r < QR; r++) {
+            float16 wv = (float16)(((const float *)w[r])[k]);
+            #pragma unroll
+            for (int c = 0; c < NVC; c++)
+                a[r][c] = fma(wv, v[c], a[r][c]);
         }
     }
 }
