@@ -145,6 +145,8 @@ static void test_bad_files_ignored(void **state)
         {"clattn-tune 1\n", "attention@d32=cpu", "no bucket"},
         {"clattn-tune 1\n", "softmax=cpu:VW=12", "VW"},
         {"clattn-tune 1\n", "just words", "not op"},
+        {"clattn-tune 1\n", "softmax=cpu,matmul=cpu", "one entry per line"},
+        {"clattn-tune 1\n", "matmul=cpu", "a second entry"},
     };
     char path[300], text[4096];
     snprintf(path, sizeof path, "%s/bad.txt", dir);

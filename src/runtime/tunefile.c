@@ -111,6 +111,10 @@ static int entry_ok(clattn_context *ctx, const char *line, char *why, size_t n)
     const char *eq = strchr(line, '=');
     size_t oplen = eq ? (size_t)(eq - line) : 0;
     clattn_tuning t;
+    if (strchr(line, ',')) { /* ctx->tuned joins the lines with commas */
+        snprintf(why, n, "entry '%.80s': one entry per line, no ','", line);
+        return 0;
+    }
     if (!eq || oplen == 0 || oplen >= sizeof op) {
         snprintf(why, n, "line '%.80s' is not op[@bucket]=variant[:NAME=value]...", line);
         return 0;
@@ -133,6 +137,21 @@ static int entry_ok(clattn_context *ctx, const char *line, char *why, size_t n)
     if (st != CLATTN_SUCCESS)
         snprintf(why, n, "entry '%.80s': %.900s", line, ctx->err);
     return st == CLATTN_SUCCESS;
+}
+
+/* 1 when the entries so far (comma-separated) hold one for line's op[@bucket]. */
+static int duplicate(const char *entries, const char *line)
+{
+    size_t klen = strcspn(line, "=");
+    const char *e = entries;
+    while (*e) {
+        if (strcspn(e, "=") == klen && strncmp(e, line, klen) == 0)
+            return 1;
+        e += strcspn(e, ",");
+        if (*e == ',')
+            e++;
+    }
+    return 0;
 }
 
 /* Parses text into ctx->tuned; 0 with the reason in why when the file must be ignored. */
@@ -161,7 +180,10 @@ static int parse(clattn_context *ctx, char *text, int *entries, char *why, size_
             keys[2] = line + 7;
         } else if (strncmp(line, "clattn ", 7) == 0) {
             keys[3] = line + 7;
-        } else if ((ok = entry_ok(ctx, line, why, n))) {
+        } else if ((ok = entry_ok(ctx, line, why, n)) && duplicate(out, line)) {
+            ok = 0; /* as CLATTN_TUNE: which of the two was meant is not known */
+            snprintf(why, n, "entry '%.80s': a second entry for its op", line);
+        } else if (ok) {
             used += (size_t)snprintf(out + used, cap - used, "%s%s", used ? "," : "", line);
             (*entries)++;
         }
