@@ -453,7 +453,7 @@ static void entry_of(char *out, size_t n, const char *op, const char *choice)
 static int param_of(const char *choice, const char *name)
 {
     char key[32];
-    snprintf(key, sizeof key, ":%s=", name);
+    snprintf(key, sizeof key, ":%.24s=", name); /* names are a few letters */
     const char *at = strstr(choice, key);
     return at ? atoi(at + strlen(key)) : -1;
 }
@@ -462,7 +462,7 @@ static int param_of(const char *choice, const char *name)
 static void with_param(char *out, size_t n, const char *choice, const char *name, int value)
 {
     char key[32];
-    snprintf(key, sizeof key, ":%s=", name);
+    snprintf(key, sizeof key, ":%.24s=", name); /* names are a few letters */
     const char *at = strstr(choice, key), *end = at ? strchr(at + 1, ':') : NULL;
     if (!at) {
         copy(out, n, choice);
@@ -701,10 +701,20 @@ int main(int argc, char **argv)
     if (!path[0]) {
         fprintf(stderr, "clattn-tune: no tune file location (%s): give --out\n",
                 clattn_context_tune_note(ctx));
+        clattn_context_destroy(&ctx);
         return 1;
     }
     if (!writable(path, why, sizeof why)) {
         fprintf(stderr, "clattn-tune: --out %s: %s\n", path, why);
+        clattn_context_destroy(&ctx);
+        return 1;
+    }
+    /* The table's choices come from a context that reads no tune file: this one read the file
+     * being replaced, whose entries are candidates to measure again, not the table. */
+    clattn_context_destroy(&ctx);
+    p.tune_file = "off";
+    if (clattn_context_create(&ctx, &p) != CLATTN_SUCCESS) {
+        fprintf(stderr, "clattn-tune: %s\n", clattn_last_error(NULL));
         return 1;
     }
     key_lines(ctx, keys, sizeof keys);
