@@ -65,7 +65,7 @@ static const int cu_ok[3] = {0, 1, 2}, cu_first[3] = {1, 1, 2}, cu_down[3] = {0,
 static clattn_varlen vs_ok = {2, cu_ok, cu_ok}, vs_first = {2, cu_first, cu_ok},
                      vs_down = {2, cu_ok, cu_down}, vs_short = {2, cu_short, cu_ok},
                      vs_zero = {0, cu_ok, cu_ok}, vs_null = {2, NULL, cu_ok};
-static clattn_attention_opts vopts_lse_bad, vopts_lens, vopts_lse_ok;
+static clattn_attention_opts vopts_lse_bad, vopts_lens, vopts_lse_ok, vopts_saved;
 /* ALiBi slopes. */
 static clattn_tensor sl_bad, sl_int, sl_rank, sl_in_out, sl_ok, q2, k2, v2, o2;
 static clattn_attention_opts opts_sl_bad, opts_sl_int, opts_sl_rank, opts_sl_in_out, opts_sl_ok;
@@ -207,6 +207,7 @@ static void make_decode_views(void)
     q253 = view(&Q, 0, 3, H_DIMS(2, 5, 3));
     vopts_lse_bad.lse = &vlse_bad;
     vopts_lse_ok.lse = &vlse;
+    vopts_saved.saved = &vlse; /* multi-head attention's only */
     vopts_lens.mask.valid_lens_host = cu_ok;
     vopts_lens.mask.lens_ndim = 1;
     vopts_lens.mask.lens_dims[0] = 2;
@@ -855,6 +856,8 @@ static clattn_status wrap_with(cl_context c, cl_device_id d, cl_command_queue q)
       &vs_ok, &opts_bias_ok, &vout))                                                           \
     X(varlen_alibi, SHAPE_MISMATCH, "opts.alibi_slopes", clattn_varlen_attention(CTX, &vq,     \
       &vk, &vv, &vs_ok, &opts_sl_bad, &vout))                                                  \
+    X(varlen_saved, INVALID_ARGUMENT, "opts.saved: only multi-head attention",                 \
+      clattn_varlen_attention(CTX, &vq, &vk, &vv, &vs_ok, &vopts_saved, &vout))                \
     X(convert_int32, INVALID_TENSOR, "x: dtype int32, expected float32, float16 or bfloat16",  \
       clattn_convert(CTX, &i32v, &h16))                                                        \
     X(convert_shape, SHAPE_MISMATCH, "y: shape (2, 3, 5), expected x's (2, 5, 3)",             \

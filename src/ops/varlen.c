@@ -77,7 +77,7 @@ fail:
     return st;
 }
 
-/* opts: no tensors in the mask, no bias; the lse (total_q, Hq) and the slopes ((Hq) or (B, Hq))
+/* opts: no tensors in the mask, no bias, nothing saved; the lse (total_q, Hq) and the slopes ((Hq) or (B, Hq))
  * overlap no output; the mask's scalars are checked per sequence. */
 static clattn_status check_opts(clattn_context *ctx, const clattn_attention_opts *opts,
                                 const clattn_tensor *Q, const clattn_tensor *K,
@@ -92,6 +92,8 @@ static clattn_status check_opts(clattn_context *ctx, const clattn_attention_opts
     CHECK(ctx, !mk->valid_lens && !mk->valid_lens_host && !mk->mask && !opts->bias,
           CLATTN_ERROR_INVALID_ARGUMENT, "opts: varlen attention takes no valid lengths, mask "
           "tensor or bias (each sequence's keys are its own)");
+    CHECK(ctx, !opts->saved, CLATTN_ERROR_INVALID_ARGUMENT,
+          "opts.saved: only multi-head attention and its backward take it (NULL here)");
     CHECK_ST(clattn__check_dropout(ctx, &opts->dropout, "opts.dropout"));
     p->mask = *mk;
     p->drop = clattn__dropout_active(&opts->dropout) ? &opts->dropout : NULL;
