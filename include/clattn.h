@@ -7,7 +7,8 @@
  *   on the same queue) returns.
  * - Every op validates all of its arguments first; on failure it returns a status, enqueues nothing
  *   and leaves every output untouched. clattn_last_error() names the argument and the shapes.
- * - Tensors are borrowed views of cl_mem buffers (float32 data, int32 lengths and masks), row-major,
+ * - Tensors are borrowed views of cl_mem buffers (float32, float16 or bfloat16 data; int32 lengths
+ *   and masks), row-major,
  *   1 to 4 dimensions, with an element offset. Their buffers must belong to the context's
  *   cl_context.
  * - No output may share bytes with an input (mask tensors and device lengths included) or with
@@ -183,8 +184,8 @@ CLATTN_API const char *clattn_context_tune_path(const clattn_context *ctx);
 CLATTN_API const char *clattn_context_tune_note(const clattn_context *ctx);
 /* The kernel variant and parameters this context runs op with, in CLATTN_TUNE's entry syntax
  * ("cpu:QR=5:KB=64:..."), from the override, the tune file or the table; op is one of matmul,
- * softmax, attention, decode, backward, optionally with a bucket ("attention@d128",
- * "matmul@small"; README, Tuning a device).
+ * softmax, attention, decode, backward or half (the float16 conversions: bits, fp16 or clang),
+ * optionally with a bucket ("attention@d128", "matmul@small"; README, Tuning a device).
  * CLATTN_ERROR_INVALID_ARGUMENT for an unknown op or bucket, or a buffer too small. */
 CLATTN_API clattn_status clattn_context_tuning(clattn_context *ctx, const char *op, char *buf,
                                                size_t size);
@@ -210,7 +211,10 @@ CLATTN_API float clattn_half_to_float(unsigned short h);
 CLATTN_API unsigned short clattn_float_to_bfloat16(float x);
 CLATTN_API float clattn_bfloat16_to_float(unsigned short b);
 /* Allocates a buffer of exactly the tensor's size (owned by the caller: clattn_tensor_release).
- * host may be NULL (uninitialised). Blocks only while host data is copied. */
+ * host may be NULL (uninitialised). Blocks only while host data is copied. An unknown dtype is
+ * CLATTN_ERROR_INVALID_ARGUMENT (an argument, not yet a tensor), a rank outside 1..4
+ * CLATTN_ERROR_SHAPE_MISMATCH, a zero dim or more than INT_MAX elements
+ * CLATTN_ERROR_INVALID_TENSOR, more than the device allocates at once CLATTN_ERROR_OUT_OF_MEMORY. */
 CLATTN_API clattn_status clattn_tensor_create(clattn_context *ctx, clattn_dtype dtype, int ndim,
                                               const size_t *dims, const void *host,
                                               clattn_tensor *out);
@@ -361,7 +365,8 @@ CLATTN_API clattn_status clattn_varlen_attention(clattn_context *ctx, const clat
                                                  const clattn_attention_opts *opts,
                                                  const clattn_tensor *out);
 
-/* A KV cache for decoding: k_cache (B, Hkv, Kmax, d) and v_cache (B, Hkv, Kmax, dv) float32, lens
+/* A KV cache for decoding: k_cache (B, Hkv, Kmax, d) and v_cache (B, Hkv, Kmax, dv) of one dtype
+ * (float32, float16 or bfloat16: clattn_decode_attention), lens
  * (B) int32 on the device: sequence b's first lens[b] cache rows are its keys (values outside
  * [0, Kmax - Qn with k_new, else Kmax] are clamped on the device, or with CLATTN_SYNC read back
  * and rejected). k_new (B, Hkv, Qn, d) and v_new (B, Hkv, Qn, dv), both or neither: written into
@@ -396,7 +401,9 @@ typedef struct {
 } clattn_additive_weights;
 
 /* queries (B, Q, q_size), keys (B, K, k_size), values (B, K, v) -> out (B, Q, v); weights (B, Q, K)
- * or NULL. Masks: valid_lens (B) or (B, Q), a mask tensor, causal. queries, keys, values, W_q,
+ * or NULL. opts as for clattn_dot_product_attention, over scores (B, Q, K): valid_lens (B) or
+ * (B, Q), a mask tensor, causal and the window (with mask.align), a float bias, ALiBi slopes ((B)
+ * or (1)), dropout and opts.lse (B, Q); not opts.saved. queries, keys, values, W_q,
  * W_k, w_v, out and weights: float32, float16 or bfloat16 in any combination (float32
  * projections, scores and probabilities). */
 CLATTN_API clattn_status clattn_additive_attention(clattn_context *ctx,

@@ -493,6 +493,7 @@ static int check_one(const char *spec, const char *device, size_t set, int quick
     memset(&p, 0, sizeof p);
     p.device = spec;
     p.tuning = variant_sets[set].tuning;
+    p.tune_file = "off"; /* the sets are the table's choices and forced variants, not a tune file */
     if (clattn_context_create(&ctx, &p) != CLATTN_SUCCESS) {
         snprintf(r->refused, sizeof r->refused, "%s", clattn_last_error(NULL));
         return 0;

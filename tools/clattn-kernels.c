@@ -103,6 +103,8 @@ static int no_kernel_file(const char *op)
 
 static const char *kernel_file(const char *op, char *buf, size_t size)
 {
+    if (!op)
+        return NULL;
     for (size_t i = 0; i < sizeof op_files / sizeof op_files[0]; i++)
         if (strcmp(op_files[i].op, op) == 0)
             return op_files[i].file;
@@ -122,6 +124,8 @@ static int emit(const clattn_context *ctx, const char *op, const char *file, con
         return 1;
     if (!file)
         file = kernel_file(op, name, sizeof name);
+    if (!file && !op) /* neither given: nothing to build */
+        return 0;
     if (!file) {
         fprintf(stderr, "clattn-kernels: op '%s' has no kernel file %s.cl; add it to op_files in "
                         "tools/clattn-kernels.c\n", op, op);

@@ -137,7 +137,8 @@ class Context:
 
     def tuning(self, op):
         """The kernel variant and parameters op runs with here ("cpu:QR=5:..."), op one of
-        matmul, softmax, attention, decode, backward, optionally "@d64" / "@d128" / "@d256"."""
+        matmul, softmax, attention, decode, backward or half, optionally with a bucket:
+        "@d64" / "@d128" / "@d256" (attention, decode, backward) or "@small" (matmul)."""
         buf = ctypes.create_string_buffer(1024)
         self.call(lib.clattn_context_tuning, _enc(op), buf, len(buf))
         return buf.value.decode()
