@@ -555,7 +555,159 @@ __kernel void flash_cpu(__global const float *Q, int4 ql, __global const float *
         cpu_store(&grp[gi], (item * QG + gi) * QR, nq, dv, O, ol, D1, bb, lse, lse_off, lse_s);
 }
 
-/* ---- GPU shape ---- */
+/* ---- GPU shape: flash_gpu and its steps ---- */
+
+#ifdef cl_nv_pragma_unroll
+#define GPU_UNROLL _Pragma("unroll")
+#else
+#define GPU_UNROLL
+#endif
+
+/* What a row adds to and blocks among its scores: open keys [lo, limit), the mask row (NULL:
+ * none, key stride msk), the bias row (NULL: none, key stride bsk), ALiBi's slope (when alibi)
+ * and the row's distance to the bottom-right diagonal, diag = row + nk - nq. */
+typedef struct {
+    __global const int *mrow;
+    __global const float *brow;
+    int lo, limit, msk, bsk, alibi, diag;
+    float slope, fill;
+} gpu_keys;
+
+/* The row's query, zero past d. Private rows (q here, the outputs acc) are indexed by constants
+ * only (loops to DP and DVP), so that a GPU keeps them in registers; unrolled where NVIDIA's
+ * compiler announces the pragma (PoCL gains nothing and took 2.5x longer to build the kernel
+ * with it). */
+static inline void gpu_load_q(float4 *q, __global const QTYPE *qrow, int d)
+{
+    GPU_UNROLL
+    for (int e = 0; e < DP; e++)
+        ((float *)q)[e] = e < d ? CLATTN_LOAD(QT, qrow + e) : 0.0f;
+}
+
+/* The online softmax's state: empty, or (resume) as the launch before left it (see flash_gpu). */
+static inline void gpu_resume(float4 *acc, float *m, float *l, int resume,
+                              __global const float *st, __global const float *arow, int dv)
+{
+    *m = -INFINITY;
+    *l = 0.0f;
+    GPU_UNROLL
+    for (int c = 0; c < DVP / 4; c++)
+        acc[c] = (float4)(0.0f);
+    if (resume) {
+        *m = st[0];
+        *l = st[1];
+        GPU_UNROLL
+        for (int c = 0; c < DVP; c++)
+            if (c < dv)
+                ((float *)acc)[c] = arow[c];
+    }
+}
+
+/* The tile's BK keys from kbase into local memory, zero past nk, d and dv, the group's items
+ * taking every BQ-th element (coalesced). kr, vr: the K/V batch's first rows. */
+static inline void gpu_stage(__local float4 (*Ks)[DP / 4], __local float4 (*Vs)[DVP / 4],
+                             __global const KTYPE *kr, int kstride, __global const VTYPE *vr,
+                             int vstride, int kbase, int nk, int d, int dv, int t)
+{
+    for (int i = t; i < BK * DP; i += BQ) {
+        int k = i / DP, e = i % DP;
+        ((__local float *)Ks)[i] =
+            (kbase + k < nk && e < d) ? CLATTN_LOAD(KT, kr + (size_t)(kbase + k) * kstride + e)
+                                      : 0.0f;
+    }
+    for (int i = t; i < BK * DVP; i += BQ) {
+        int k = i / DVP, c = i % DVP;
+        ((__local float *)Vs)[i] =
+            (kbase + k < nk && c < dv) ? CLATTN_LOAD(VT, vr + (size_t)(kbase + k) * vstride + c)
+                                       : 0.0f;
+    }
+}
+
+/* s = the row's scores of the tile's keys from kbase: scaled, plus bias and ALiBi, blocked keys
+ * the fill and keys past nk -inf. Returns their maximum. */
+static inline float gpu_scores(float *s, const float4 *q, __local float4 (*Ks)[DP / 4],
+                               int kbase, int nk, float scale, gpu_keys r)
+{
+    float bm = -INFINITY;
+    for (int k = 0; k < BK; k++) {
+        float a = 0.0f;
+        GPU_UNROLL
+        for (int e = 0; e < DP / 4; e++) { /* the order of the scalar sum, unchanged */
+            float4 kv = Ks[k][e];
+            a = mad(q[e].x, kv.x, a);
+            a = mad(q[e].y, kv.y, a);
+            a = mad(q[e].z, kv.z, a);
+            a = mad(q[e].w, kv.w, a);
+        }
+        int kk = kbase + k;
+        a *= scale;
+        if (r.brow && kk < nk)
+            a += r.brow[r.bsk * kk];
+        if (r.alibi)
+            a += CLATTN_ALIBI(r.slope, (float)(r.diag - kk));
+        a = clattn_masked(a, kk, r.lo, r.limit, r.mrow, r.msk, r.fill);
+        s[k] = kk < nk ? a : -INFINITY;
+        bm = fmax(bm, s[k]);
+    }
+    return bm;
+}
+
+/* The online softmax's step over the tile (scores s, their maximum bm, values Vs): m, l and acc
+ * rescaled to the new maximum, then the keys' probabilities summed into l and, after dropout
+ * (stream elements e0 + k), their value rows into acc. */
+static inline void gpu_step(float4 *acc, float *m, float *l, const float *s, float bm,
+                            __local float4 (*Vs)[DVP / 4], int drop, ulong e0, uint2 seed,
+                            uint2 offset, uint threshold, float dscale)
+{
+    float mn = fmax(*m, bm), mz = mn == -INFINITY ? 0.0f : mn; /* see the top of the file */
+    float corr = exp(*m - mz);
+    *l *= corr;
+    GPU_UNROLL
+    for (int c = 0; c < DVP / 4; c++)
+        acc[c] *= corr;
+    for (int k = 0; k < BK; k++) {
+        float p = exp(s[k] - mz);
+        *l += p;
+        if (drop)
+            p *= clattn_dropout_keep(e0 + k, seed, offset, threshold) ? dscale : 0.0f;
+        GPU_UNROLL
+        for (int c = 0; c < DVP / 4; c++)
+            acc[c] = mad((float4)(p), Vs[k][c], acc[c]);
+    }
+    *m = mn;
+}
+
+/* A launch that ends before nk leaves the row's state for the next (see flash_gpu). */
+static inline void gpu_save(__global float *st, __global float *arow, float m, float l, int stop,
+                            const float4 *acc, int dv)
+{
+    st[0] = m;
+    st[1] = l;
+    st[2] = as_float(stop);
+    GPU_UNROLL
+    for (int c = 0; c < DVP; c++)
+        if (c < dv)
+            arow[c] = ((const float *)acc)[c];
+}
+
+/* The row's outputs acc / l, plus the skipped keys' zero-weight sums z and zh (NULL: none). */
+static inline void gpu_store(__global OTYPE *orow, const float4 *acc, float l,
+                             __global const float *z, __global const float *zh, int dv)
+{
+    float inv = 1.0f / l;
+    GPU_UNROLL
+    for (int c = 0; c < DVP; c++) {
+        if (c >= dv)
+            break;
+        float a = ((const float *)acc)[c];
+        if (z)
+            a += z[c];
+        if (zh)
+            a += zh[c];
+        CLATTN_STORE(OT, a * inv, orow + c);
+    }
+}
+
 /* Keys [k_lo, k_hi) of every row (k_lo a multiple of BK). A launch that does not start at key 0
  * resumes the rows where the launch before left them, and one that does not end at nk leaves
  * them for the next: the unnormalised outputs in O, and (max, sum, the block where the group's
@@ -585,11 +737,17 @@ void flash_gpu(__global const QTYPE *Q, int4 ql, __global const KTYPE *K, int4 k
     int t = get_local_id(0), bb = get_group_id(1);
     int row = get_group_id(0) * BQ + t, rowc = min(row, nq - 1);
     int d0 = bb / D1, d1 = bb % D1, kb = d0 * (D1 / G) + d1 / G; /* kb: the K/V batch */
-    int limit = clattn_row_limit(d0, rowc, nk, lens, lens_off, lens_mode, nq, win);
-    int lo = clattn_row_lo(rowc, nk, win);
-    __global const int *mrow = clattn_mask_row(mask, mask_off, ms, d0, d1, rowc);
-    __global const float *brow = clattn_bias_row(bias, bias_off, bs, d0, d1, rowc);
-    float slope = clattn_slope(slopes, slopes_off, ss, d0, d1);
+    gpu_keys keys;
+    keys.limit = clattn_row_limit(d0, rowc, nk, lens, lens_off, lens_mode, nq, win);
+    keys.lo = clattn_row_lo(rowc, nk, win);
+    keys.mrow = clattn_mask_row(mask, mask_off, ms, d0, d1, rowc);
+    keys.msk = ms.w;
+    keys.brow = clattn_bias_row(bias, bias_off, bs, d0, d1, rowc);
+    keys.bsk = bs.w;
+    keys.alibi = slopes != 0;
+    keys.slope = clattn_slope(slopes, slopes_off, ss, d0, d1);
+    keys.diag = rowc + nk - nq;
+    keys.fill = fill;
     __global OTYPE *orow = O + flash_at(ol, D1, bb, rowc);
     __global float *st = part ? part + part_off + ((size_t)bb * nq + rowc) * 3 : 0;
 #if OT == 0
@@ -599,34 +757,13 @@ void flash_gpu(__global const QTYPE *Q, int4 ql, __global const KTYPE *K, int4 k
                                       ((size_t)bb * nq + rowc) * dv
                                 : 0;
 #endif
-    /* Private rows indexed by constants only (loops to DP and DVP), so that a GPU keeps them
-     * in registers; unrolled where NVIDIA's compiler announces the pragma (PoCL gains nothing
-     * and took 2.5x longer to build the kernel with it). */
     float4 q[DP / 4], acc[DVP / 4];
-    float m = -INFINITY, l = 0.0f;
-#ifdef cl_nv_pragma_unroll
-    #pragma unroll
-#endif
-    for (int e = 0; e < DP; e++)
-        ((float *)q)[e] = e < d ? CLATTN_LOAD(QT, Q + flash_at(ql, D1, bb, rowc) + e) : 0.0f;
-#ifdef cl_nv_pragma_unroll
-    #pragma unroll
-#endif
-    for (int c = 0; c < DVP / 4; c++)
-        acc[c] = (float4)(0.0f);
+    float m, l;
+    gpu_load_q(q, Q + flash_at(ql, D1, bb, rowc), d);
     /* Each row resumes its own state only: padding items (row >= nq) vote in nothing and store
      * nothing, and the stop, the same for every row of the group, comes from item 0's row (a
      * real one) through local memory, so no item reads what another writes in this launch. */
-    if (k_lo > 0 && row < nq) {
-        m = st[0];
-        l = st[1];
-#ifdef cl_nv_pragma_unroll
-        #pragma unroll
-#endif
-        for (int c = 0; c < DVP; c++)
-            if (c < dv)
-                ((float *)acc)[c] = arow[c];
-    }
+    gpu_resume(acc, &m, &l, k_lo > 0 && row < nq, st, arow, dv);
     if (t == 0) {
         resumed_stop[0] = k_lo > 0 ? as_int(st[2]) : -1;
         lo_min = nk;
@@ -638,7 +775,7 @@ void flash_gpu(__global const QTYPE *Q, int4 ql, __global const KTYPE *K, int4 k
      * incoming barrier and took over 12 minutes to build the kernel */
     int first = 0;
     if (vh && row < nq)
-        atomic_min(&lo_min, lo);
+        atomic_min(&lo_min, keys.lo);
     barrier(CLK_LOCAL_MEM_FENCE);
     if (vh)
         first = min(lo_min / BK, nblk - 1);
@@ -648,7 +785,7 @@ void flash_gpu(__global const QTYPE *Q, int4 ql, __global const KTYPE *K, int4 k
         if (t == 0)
             need = 0;
         barrier(CLK_LOCAL_MEM_FENCE);
-        if (row < nq && ((!lead && kbase < limit) || !(m > fill + NEGLIGIBLE)))
+        if (row < nq && ((!lead && kbase < keys.limit) || !(m > fill + NEGLIGIBLE)))
             atomic_or(&need, 1);
         barrier(CLK_LOCAL_MEM_FENCE);
         if (!need) {
@@ -657,99 +794,26 @@ void flash_gpu(__global const QTYPE *Q, int4 ql, __global const KTYPE *K, int4 k
             stop = lead ? nblk : tile;
             break;
         }
-        for (int i = t; i < BK * DP; i += BQ) {
-            int k = i / DP, e = i % DP;
-            ((__local float *)Ks)[i] =
-                (kbase + k < nk && e < d)
-                    ? CLATTN_LOAD(KT, K + flash_at(kl, D1 / G, kb, kbase + k) + e)
-                    : 0.0f;
-        }
-        for (int i = t; i < BK * DVP; i += BQ) {
-            int k = i / DVP, c = i % DVP;
-            ((__local float *)Vs)[i] =
-                (kbase + k < nk && c < dv)
-                    ? CLATTN_LOAD(VT, V + flash_at(vl, D1 / G, kb, kbase + k) + c)
-                    : 0.0f;
-        }
+        gpu_stage(Ks, Vs, K + flash_at(kl, D1 / G, kb, 0), kl.w, V + flash_at(vl, D1 / G, kb, 0),
+                  vl.w, kbase, nk, d, dv, t);
         barrier(CLK_LOCAL_MEM_FENCE);
-        float s[BK], bm = -INFINITY;
-        for (int k = 0; k < BK; k++) {
-            float a = 0.0f;
-#ifdef cl_nv_pragma_unroll
-            #pragma unroll
-#endif
-            for (int e = 0; e < DP / 4; e++) { /* the order of the scalar sum, unchanged */
-                float4 kv = Ks[k][e];
-                a = mad(q[e].x, kv.x, a);
-                a = mad(q[e].y, kv.y, a);
-                a = mad(q[e].z, kv.z, a);
-                a = mad(q[e].w, kv.w, a);
-            }
-            int kk = kbase + k;
-            a *= scale;
-            if (brow && kk < nk)
-                a += brow[bs.w * kk];
-            if (slopes)
-                a += CLATTN_ALIBI(slope, (float)(rowc + nk - nq - kk));
-            a = clattn_masked(a, kk, lo, limit, mrow, ms.w, fill);
-            s[k] = kk < nk ? a : -INFINITY;
-            bm = fmax(bm, s[k]);
-        }
-        float mn = fmax(m, bm), mz = mn == -INFINITY ? 0.0f : mn; /* see the top of the file */
-        float corr = exp(m - mz);
-        l *= corr;
-#ifdef cl_nv_pragma_unroll
-        #pragma unroll
-#endif
-        for (int c = 0; c < DVP / 4; c++)
-            acc[c] *= corr;
-        for (int k = 0; k < BK; k++) {
-            float p = exp(s[k] - mz);
-            l += p;
-            if (drop)
-                p *= clattn_dropout_keep(((ulong)bb * nq + rowc) * nk + kbase + k, seed, offset,
-                                         threshold) ? dscale : 0.0f;
-#ifdef cl_nv_pragma_unroll
-            #pragma unroll
-#endif
-            for (int c = 0; c < DVP / 4; c++)
-                acc[c] = mad((float4)(p), Vs[k][c], acc[c]);
-        }
-        m = mn;
+        float s[BK];
+        float bm = gpu_scores(s, q, Ks, kbase, nk, scale, keys);
+        gpu_step(acc, &m, &l, s, bm, Vs, drop, ((ulong)bb * nq + rowc) * nk + kbase, seed, offset,
+                 threshold, dscale);
         barrier(CLK_LOCAL_MEM_FENCE);
     }
     if (row >= nq)
         return;
     if (k_hi < nk) {
-        st[0] = m;
-        st[1] = l;
-        st[2] = as_float(stop);
-#ifdef cl_nv_pragma_unroll
-        #pragma unroll
-#endif
-        for (int c = 0; c < DVP; c++)
-            if (c < dv)
-                arow[c] = ((float *)acc)[c];
+        gpu_save(st, arow, m, l, stop, acc, dv);
         return;
     }
-    float inv = 1.0f / l;
     if (lse)
         lse[lse_off + (size_t)bb * lse_s.x + (size_t)row * lse_s.y] = m + log(l);
     __global const float *z =
         vt && stop >= 0 && stop < nblk ? vt + vt_off + ((size_t)kb * nblk + stop) * DVP : 0;
     __global const float *zh =
         vh && first > 0 && stop >= 0 ? vh + vh_off + ((size_t)kb * nblk + first) * DVP : 0;
-#ifdef cl_nv_pragma_unroll
-    #pragma unroll
-#endif
-    for (int c = 0; c < DVP; c++) {
-        if (c >= dv)
-            break;
-        float a = ((float *)acc)[c];
-        if (z)
-            a += z[c];
-        if (zh)
-            a += zh[c];
-        CLATTN_STORE(OT, a * inv, orow + c);
-    }
+    gpu_store(orow, acc, l, z, zh, dv);
 }
