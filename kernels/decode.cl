@@ -288,6 +288,98 @@ __kernel void decode_cpu(DECODE_PARAMS)
     }
 }
 
+/* ---- GPU shape: decode_gpu's steps ---- */
+
+/* The group's RQ query rows from q into qs (rows past nr repeat the last), zero past d. */
+static inline void dgpu_stage_q(__local float (*qs)[DP], __global const QTYPE *q, int nr, int d,
+                                int t)
+{
+    for (int i = t; i < RQ * DP; i += WG) {
+        int r = i / DP, e = i % DP;
+        qs[r][e] = e < d ? CLATTN_LOAD(QT, q + (size_t)min(r, nr - 1) * d + e) : 0.0f;
+    }
+}
+
+/* Columns [c0, c0 + KCP) of the tile's nk keys (from kt) into Ks, zero past nk and d: item t
+ * stages every WG-th element (coalesced). */
+static inline void dgpu_stage_k(__local float (*Ks)[KCP + 1], __global const CTYPE *kt, int nk,
+                                int c0, int d, int t)
+{
+    for (int j = 0; j < KCP; j++) {
+        int i = t + j * WG, k = i / KCP, e = i % KCP;
+        Ks[k][e] = k < nk && c0 + e < d ? CLATTN_LOAD(CT, kt + (size_t)k * d + c0 + e) : 0.0f;
+    }
+}
+
+/* a[r] += row r's products with item t's key over the staged columns from c0. */
+static inline void dgpu_dot(float *a, __local float (*qs)[DP], __local float (*Ks)[KCP + 1],
+                            int c0, int d, int t)
+{
+    for (int e = 0; e < min(KCP, d - c0); e++) {
+        float kv = Ks[t][e];
+        #pragma unroll
+        for (int r = 0; r < RQ; r++)
+            a[r] = mad(qs[r][c0 + e], kv, a[r]);
+    }
+}
+
+/* S[r][t]: row r's score of key kk (scaled, ALiBi, the fill outside [lo, hi)), -inf past the
+ * split's keys. */
+static inline void dgpu_scores(__local float (*S)[WG], const float *a, int kk, int k_hi,
+                               float scale, int alibi, const float *slope, const int *diag,
+                               const int *lo, const int *hi, float fill, int t)
+{
+    for (int r = 0; r < RQ; r++) {
+        float x = -INFINITY; /* not a key */
+        if (kk < k_hi) {
+            x = a[r] * scale;
+            if (alibi)
+                x += CLATTN_ALIBI(slope[r], (float)(diag[r] - kk));
+            x = kk >= lo[r] && kk < hi[r] ? x : fill;
+        }
+        S[r][t] = x;
+    }
+}
+
+/* Item t < RQ: row t's running maximum raised to the tile's, with its correction exp(m_old - m)
+ * and the maximum to subtract (0 while every score is -inf). */
+static inline void dgpu_max(__local float (*S)[WG], __local float *m_l, __local float *mz_l,
+                            __local float *corr_l, int t)
+{
+    float bm = S[t][0];
+    for (int j = 1; j < WG; j++)
+        bm = S[t][j] > bm ? S[t][j] : bm;
+    float mn = bm > m_l[t] ? bm : m_l[t], mz = mn == -INFINITY ? 0.0f : mn;
+    corr_l[t] = exp(m_l[t] - mz);
+    mz_l[t] = mz;
+    m_l[t] = mn;
+}
+
+/* acc = acc * corr + P V for item t's output columns t, t + WG, ... over the tile's nk keys
+ * (value rows from vt). */
+static inline void dgpu_pv(float (*acc)[NCOL], __local float (*S)[WG], __local float *corr_l,
+                           __global const CTYPE *vt, int nk, int dv, int t)
+{
+    float a[RQ];
+    for (int ci = 0; ci < NCOL; ci++) {
+        int c = t + WG * ci;
+        if (c >= dv)
+            break;
+        #pragma unroll
+        for (int r = 0; r < RQ; r++)
+            a[r] = acc[r][ci] * corr_l[r];
+        for (int j = 0; j < nk; j++) {
+            float v = CLATTN_LOAD(CT, vt + (size_t)j * dv + c);
+            #pragma unroll
+            for (int r = 0; r < RQ; r++)
+                a[r] = mad(S[r][j], v, a[r]);
+        }
+        #pragma unroll
+        for (int r = 0; r < RQ; r++)
+            acc[r][ci] = a[r];
+    }
+}
+
 /* GPU shape: a work-group of WG items per (split, RQ rows, K/V head) walks the split's keys WG
  * at a time: the group stages the tile's keys in local memory, KC columns at a time (read
  * coalesced: the tile's rows lie one after another), item t scores key t of the tile for every
@@ -310,10 +402,7 @@ void decode_gpu(DECODE_PARAMS)
     __global const CTYPE *vb = V + v_off + (size_t)bh * Kmax * dv;
     int lo[RQ], hi[RQ], diag[RQ];
     float acc[RQ][NCOL], slope[RQ];
-    for (int i = t; i < RQ * DP; i += WG) {
-        int r = i / DP, e = i % DP;
-        qs[r][e] = e < d ? CLATTN_LOAD(QT, Q + q_off + (base + min(r, nr - 1)) * d + e) : 0.0f;
-    }
+    dgpu_stage_q(qs, Q + q_off + base * d, nr, d, t);
     for (int r = 0; r < RQ; r++) {
         int rr = r0 + min(r, nr - 1);
         int2 bo = row_bounds(rr, Qn, L, win);
@@ -336,41 +425,15 @@ void decode_gpu(DECODE_PARAMS)
         for (int r = 0; r < RQ; r++)
             a[r] = 0.0f;
         for (int c0 = 0; c0 < d; c0 += KCP) {
-            for (int j = 0; j < KCP; j++) {
-                int i = t + j * WG, k = i / KCP, e = i % KCP;
-                Ks[k][e] = k < nk && c0 + e < d
-                               ? CLATTN_LOAD(CT, kb + (size_t)(k0 + k) * d + c0 + e)
-                               : 0.0f;
-            }
+            dgpu_stage_k(Ks, kb + (size_t)k0 * d, nk, c0, d, t);
             barrier(CLK_LOCAL_MEM_FENCE);
-            for (int e = 0; e < min(KCP, d - c0); e++) {
-                float kv = Ks[t][e];
-                #pragma unroll
-                for (int r = 0; r < RQ; r++)
-                    a[r] = mad(qs[r][c0 + e], kv, a[r]);
-            }
+            dgpu_dot(a, qs, Ks, c0, d, t);
             barrier(CLK_LOCAL_MEM_FENCE);
         }
-        for (int r = 0; r < RQ; r++) {
-            float x = -INFINITY; /* not a key */
-            if (kk < k_hi) {
-                x = a[r] * scale;
-                if (slopes)
-                    x += CLATTN_ALIBI(slope[r], (float)(diag[r] - kk));
-                x = kk >= lo[r] && kk < hi[r] ? x : fill;
-            }
-            S[r][t] = x;
-        }
+        dgpu_scores(S, a, kk, k_hi, scale, slopes != 0, slope, diag, lo, hi, fill, t);
         barrier(CLK_LOCAL_MEM_FENCE);
-        if (t < RQ) {
-            float bm = S[t][0];
-            for (int j = 1; j < WG; j++)
-                bm = S[t][j] > bm ? S[t][j] : bm;
-            float mn = bm > m_l[t] ? bm : m_l[t], mz = mn == -INFINITY ? 0.0f : mn;
-            corr_l[t] = exp(m_l[t] - mz);
-            mz_l[t] = mz;
-            m_l[t] = mn;
-        }
+        if (t < RQ)
+            dgpu_max(S, m_l, mz_l, corr_l, t);
         barrier(CLK_LOCAL_MEM_FENCE);
         for (int r = 0; r < RQ; r++)
             S[r][t] = exp(S[r][t] - mz_l[r]);
@@ -381,23 +444,7 @@ void decode_gpu(DECODE_PARAMS)
                 sum += S[t][j];
             l_l[t] = l_l[t] * corr_l[t] + sum;
         }
-        for (int ci = 0; ci < NCOL; ci++) {
-            int c = t + WG * ci;
-            if (c >= dv)
-                break;
-            #pragma unroll
-            for (int r = 0; r < RQ; r++)
-                a[r] = acc[r][ci] * corr_l[r];
-            for (int j = 0; j < nk; j++) {
-                float v = CLATTN_LOAD(CT, vb + (size_t)(k0 + j) * dv + c);
-                #pragma unroll
-                for (int r = 0; r < RQ; r++)
-                    a[r] = mad(S[r][j], v, a[r]);
-            }
-            #pragma unroll
-            for (int r = 0; r < RQ; r++)
-                acc[r][ci] = a[r];
-        }
+        dgpu_pv(acc, S, corr_l, vb + (size_t)k0 * dv, nk, dv, t);
         barrier(CLK_LOCAL_MEM_FENCE);
     }
     for (int r = 0; r < nr; r++) {
