@@ -264,20 +264,14 @@ static inline float hsum(floatV v)
     return ((h.s0 + h.s1) + (h.s2 + h.s3)) + ((h.s4 + h.s5) + (h.s6 + h.s7));
 }
 
-/* A row blocked only by lengths, causality or a window's right side: keys [0, limit) are live
- * and every key past them holds the same fill value, so its exponential is computed once, the
- * blocked scores are never read, and the blocked outputs are one constant. Same result as
- * masking every element first. */
-static inline float softmax_prefix(__global const XTYPE *xr, __global YTYPE *yr, float *eb, int K,
-                                   int limit, float fill)
+/* The maximum of a prefix row's scores (see softmax_prefix): the live ones, and the fill when
+ * keys are blocked; 0 in place of -inf (see the top of the file). */
+static inline float prefix_max(__global const XTYPE *xr, int K, int limit, int lv, int vtail,
+                               intV tail_open, float fill)
 {
-    int lv = limit - limit % VW, k;
-    /* a row whose live scores end inside a vector that lies within the row takes that vector
-     * whole, its blocked lanes masked off, rather than scalar tails in every pass */
-    int vtail = lv < limit && lv + VW <= K;
-    intV tail_open = (intV)(lv) + LANES < (intV)(limit);
     floatV mv = (floatV)(-INFINITY);
     float m = limit < K ? fill : -INFINITY;
+    int k;
     {
         /* four running maxima: one chains every vector on the max's latency (the four made
          * float16 rows 1.06x faster, AVX-512 EPYC) */
@@ -298,10 +292,17 @@ static inline float softmax_prefix(__global const XTYPE *xr, __global YTYPE *yr,
         for (; k < limit; k++)
             m = max1(m, LDX(xr + k));
     m = fmax(m, hmax(mv));
-    m = m == -INFINITY ? 0.0f : m; /* see the top of the file */
+    return m == -INFINITY ? 0.0f : m;
+}
 
+/* The live scores' exponentials exp(x - m), kept (KEEP_E) for the scaling pass; returns their
+ * sum plus the blocked keys' share, blocked = (K - limit) exp(fill - m). */
+static inline float prefix_exp(__global const XTYPE *xr, __global YTYPE *yr, float *eb, int limit,
+                               int lv, int vtail, intV tail_open, float m, float blocked)
+{
     floatV sv = (floatV)(0.0f);
     float s = 0.0f;
+    int k;
     for (k = 0; k < lv; k += VW) {
         floatV e = expnegV(LDXV(xr + k) - (floatV)(m));
         sv += e;
@@ -318,10 +319,16 @@ static inline float softmax_prefix(__global const XTYPE *xr, __global YTYPE *yr,
             KEEP_E(e, k);
         }
     }
-    float e_fill = limit < K ? clattn_exp_neg(fill - m) : 0.0f;
-    s += hsum(sv) + (float)(K - limit) * e_fill;
+    return s + (hsum(sv) + blocked);
+}
 
-    float inv = 1.0f / s;
+/* The live keys' weights, e * inv (the kept exponentials, or computed again); the vector tail's
+ * blocked lanes get y_fill. Returns the first key not written: limit, or the vector tail's end. */
+static inline int prefix_scale(__global const XTYPE *xr, __global YTYPE *yr, float *eb, int limit,
+                               int lv, int vtail, intV tail_open, float m, float s, float inv,
+                               float y_fill)
+{
+    int k;
 #define SCALE_PASS(STORE)                                                                        \
     for (k = 0; k < lv; k += VW)                                                                 \
         STORE(E_AGAINV(k, expnegV(LDXV(xr + k) - (floatV)(m))) * (floatV)(inv), yr + k)
@@ -330,7 +337,6 @@ static inline float softmax_prefix(__global const XTYPE *xr, __global YTYPE *yr,
     else
         SCALE_PASS(STYV);
 #undef SCALE_PASS
-    float y_fill = e_fill * inv;
     if (vtail) {
         floatV e = E_AGAINV(lv, expnegV(LDXV(xr + lv) - (floatV)(m)));
         STYV(select((floatV)(y_fill), e * (floatV)(inv), tail_open), yr + lv);
@@ -338,11 +344,17 @@ static inline float softmax_prefix(__global const XTYPE *xr, __global YTYPE *yr,
     }
     for (; k < limit; k++)
         STY(E_AGAIN(k, clattn_exp_neg(LDX(xr + k) - m)) * inv, yr + k);
+    return k;
+}
+
+/* The blocked outputs from key k on, all y_fill. */
+static inline void prefix_fill(__global YTYPE *yr, int k, int K, float y_fill)
+{
     for (; k < K && k % VW; k++)
         STY(y_fill, yr + k);
-    /* the blocked outputs, often most of a row, as whole aligned vectors four at a time: k is a
-     * multiple of VW here, and with ALIGNV so is the row's start (PoCL 3.1 splits a vstore16 on a
-     * global pointer into 16-byte moves) */
+    /* often most of a row: as whole aligned vectors four at a time. k is a multiple of VW here,
+     * and with ALIGNV so is the row's start (PoCL 3.1 splits a vstore16 on a global pointer into
+     * 16-byte moves) */
 #if ALIGNV
     {
 #if YT == 0
@@ -367,6 +379,26 @@ static inline float softmax_prefix(__global const XTYPE *xr, __global YTYPE *yr,
         STYV((floatV)(y_fill), yr + k);
     for (; k < K; k++)
         STY(y_fill, yr + k);
+}
+
+/* A row blocked only by lengths, causality or a window's right side: keys [0, limit) are live
+ * and every key past them holds the same fill value, so its exponential is computed once, the
+ * blocked scores are never read, and the blocked outputs are one constant. Same result as
+ * masking every element first. Returns the row's log-sum-exp. */
+static inline float softmax_prefix(__global const XTYPE *xr, __global YTYPE *yr, float *eb, int K,
+                                   int limit, float fill)
+{
+    int lv = limit - limit % VW;
+    /* a row whose live scores end inside a vector that lies within the row takes that vector
+     * whole, its blocked lanes masked off, rather than scalar tails in every pass */
+    int vtail = lv < limit && lv + VW <= K;
+    intV tail_open = (intV)(lv) + LANES < (intV)(limit);
+    float m = prefix_max(xr, K, limit, lv, vtail, tail_open, fill);
+    float e_fill = limit < K ? clattn_exp_neg(fill - m) : 0.0f;
+    float s = prefix_exp(xr, yr, eb, limit, lv, vtail, tail_open, m, (float)(K - limit) * e_fill);
+    float inv = 1.0f / s, y_fill = e_fill * inv;
+    int k = prefix_scale(xr, yr, eb, limit, lv, vtail, tail_open, m, s, inv, y_fill);
+    prefix_fill(yr, k, K, y_fill);
     return m + log(s);
 }
 
