@@ -113,14 +113,15 @@ typedef enum {
  *   (and over the heads of 4-D scores); or 2-D (B, Q) = one length per query row. Keys k >= len are
  *   blocked; 0 <= len <= K. B is the scores' first dim (1 for 2-D scores). Give them either
  *   - in host memory (valid_lens_host, lens_ndim, lens_dims): every value is checked, and they are
- *     uploaded without blocking; or
+ *     uploaded without blocking (lens_ndim without valid_lens_host is an error); or
  *   - as a device tensor (valid_lens): only its shape can be checked without a host sync, so values
  *     outside [0, K] are clamped on the device, except with CLATTN_SYNC=1 (params.sync), where they
  *     are read back and rejected.
  * - mask: int32 0/1 tensor broadcastable (numpy rules, right-aligned) to the scores (..., Q, K);
  *   0 = blocked, as the tutorial's masked_fill(mask == 0, fill).
- * - causal: query row i sees keys j <= diag(i), its diagonal: i (align = CLATTN_ALIGN_TOP_LEFT,
- *   the default) or i + K - Q (CLATTN_ALIGN_BOTTOM_RIGHT; rows i < Q - K then see no key).
+ * - causal (0 or 1): query row i sees keys j <= diag(i), its diagonal: i (align =
+ *   CLATTN_ALIGN_TOP_LEFT, the default) or i + K - Q (CLATTN_ALIGN_BOTTOM_RIGHT; rows i < Q - K
+ *   then see no key).
  * - window = 1: a sliding window, FlashAttention-2's semantics: row i sees keys j with
  *   diag(i) - window_left <= j <= diag(i) + window_right, -1 meaning unbounded on that side
  *   (other negative values are errors); with causal, window_right is 0 whatever it says.
@@ -142,8 +143,8 @@ typedef struct {
     int window_left, window_right;
 } clattn_mask;
 
-/* Dropout on attention weights. p in [0, 1]; training = 0 makes it an exact no-op. The mask is a
- * pure function of (seed, offset, element index), identical on every device. */
+/* Dropout on attention weights. p in [0, 1]; training 0 or 1, 0 making it an exact no-op. The
+ * mask is a pure function of (seed, offset, element index), identical on every device. */
 typedef struct {
     float p;
     int training;
@@ -229,10 +230,10 @@ CLATTN_API clattn_status clattn_tensor_read_blocking(clattn_context *ctx, const 
 CLATTN_API clattn_status clattn_tensor_fill(clattn_context *ctx, const clattn_tensor *t, float value);
 
 /* ---- ops ---- */
-/* C = alpha * op(A) op(B) + beta * C, op(X) = X or X^T over the last two dims. Leading (batch) dims
- * of A, B and C must be equal, except that a 2-D A or B is shared by every batch. beta = 0 ignores
- * C's old contents (NaN included). A, B and C: float32, float16 or bfloat16 in any combination
- * (float32 accumulation; a 16-bit C is each result rounded once). */
+/* C = alpha * op(A) op(B) + beta * C, op(X) = X (trans 0) or X^T (trans 1) over the last two dims.
+ * Leading (batch) dims of A, B and C must be equal, except that a 2-D A or B is shared by every
+ * batch. beta = 0 ignores C's old contents (NaN included). A, B and C: float32, float16 or
+ * bfloat16 in any combination (float32 accumulation; a 16-bit C is each result rounded once). */
 CLATTN_API clattn_status clattn_matmul(clattn_context *ctx, const clattn_tensor *A, int trans_a,
                                        const clattn_tensor *B, int trans_b, float alpha, float beta,
                                        const clattn_tensor *C);
@@ -280,7 +281,7 @@ CLATTN_API clattn_status clattn_additive_scores(clattn_context *ctx, const clatt
 typedef struct {
     clattn_mask mask;              /* scores are (..., Q, K); for multi-head (B, H, Q, K) */
     clattn_dropout_params dropout; /* on the attention weights (the weights returned are before it) */
-    float scale;                   /* dot-product only: 0 = 1/sqrt(d) */
+    float scale; /* dot-product, varlen and decoding: 0 = 1/sqrt(d); must be 0 elsewhere */
     /* Output or NULL: the scores' shape without the last dim ((..., Q); multi-head (B, H, Q)),
      * the natural log-sum-exp log(sum_k exp(s_k)) of each row's scaled scores after the mask
      * (blocked keys count with the fill value, before dropout): FlashAttention-2's softmax_lse.

@@ -1608,6 +1608,18 @@ static void test_bad_input(void **s)
     h_assert_error(clattn_multihead_attention(h_ctx, &X, &X, &X, &mw, &so, &Y, NULL),
                    CLATTN_ERROR_SHAPE_MISMATCH, "opts.lse");
     so.lse = NULL;
+    /* the forward writes opts.saved while it reads the mask's tensors, the bias and the slopes */
+    clattn_tensor sbias = clattn_view(sv.buf, CLATTN_FLOAT32, 50, 1, H_DIMS(3));
+    so.bias = &sbias;
+    h_assert_error(clattn_multihead_attention(h_ctx, &X, &X, &X, &mw, &so, &Y, NULL),
+                   CLATTN_ERROR_INVALID_ARGUMENT, "opts.saved: overlaps opts.bias");
+    so.bias = NULL;
+    clattn_tensor sslopes = clattn_view(sv.buf, CLATTN_FLOAT32, 52, 1, H_DIMS(2)); /* (H) */
+    so.alibi_slopes = &sslopes;
+    h_assert_error(clattn_multihead_attention(h_ctx, &X, &X, &X, &mw, &so, &Y, NULL),
+                   CLATTN_ERROR_INVALID_ARGUMENT, "opts.saved: overlaps opts.alibi_slopes");
+    so.alibi_slopes = NULL;
+    h_assert_bytes(&Y, o, "out of a refused multi-head forward");
     clattn_mha_grads mgs = mg;
     clattn_tensor dqs = clattn_view(sv.buf, CLATTN_FLOAT32, 6, 3, H_DIMS(1, 3, 4));
     mgs.dqueries = &dqs; /* a gradient over the saved tensor */

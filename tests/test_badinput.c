@@ -52,7 +52,9 @@ static clattn_tensor mparts[2], mlses[2], mparts_bad[2], mlses_bad[2], mlses_in_
 static clattn_tensor dq, dq3, dq_65, dk, dv, dk_h3, dlens, dlens3, dlens_f, dout, dkn, dvn, dkn_bad,
     dout_in_k;
 static clattn_kv_cache dc, dc_k_only, dc_advance, dc_lens3, dc_lens_f, dc_h3, dc_kn_bad, dc_app;
-static clattn_attention_opts dopts_lens, dopts_causal_tl, dopts_drop;
+static clattn_attention_opts dopts_lens, dopts_causal_tl, dopts_drop, dopts_sl_out, dopts_sl_k,
+    dopts_lse_out;
+static clattn_tensor dsl_out, dsl_k, dlse_out;
 /* Issue 11: float biases. */
 static clattn_tensor bias_bad, bias_int, bias_in_out, bias_ok;
 static clattn_attention_opts opts_bias_bad, opts_bias_int, opts_bias_in_out, opts_bias_ok;
@@ -61,11 +63,13 @@ static clattn_tensor vq, vk, vk3, vv, vout, vout_in_q, vlse, vlse_bad;
 /* Issue 12: 16-bit views (of Y's bytes) for clattn_convert and the float32 ops. */
 static clattn_tensor h16, h16_bad, h16_over, b16, i32v, q253;
 static const int cu_ok[3] = {0, 1, 2}, cu_first[3] = {1, 1, 2}, cu_down[3] = {0, 2, 1},
-                 cu_short[3] = {0, 1, 1};
+                 cu_short[3] = {0, 1, 1}, cu_rows_first[3] = {0, 2, 2}, cu_keys_last[3] = {0, 0, 2};
 static clattn_varlen vs_ok = {2, cu_ok, cu_ok}, vs_first = {2, cu_first, cu_ok},
                      vs_down = {2, cu_ok, cu_down}, vs_short = {2, cu_short, cu_ok},
-                     vs_zero = {0, cu_ok, cu_ok}, vs_null = {2, NULL, cu_ok};
-static clattn_attention_opts vopts_lse_bad, vopts_lens, vopts_lse_ok, vopts_saved;
+                     vs_zero = {0, cu_ok, cu_ok}, vs_null = {2, NULL, cu_ok},
+                     vs_unpaired = {2, cu_rows_first, cu_keys_last}; /* no rows with keys */
+static clattn_attention_opts vopts_lse_bad, vopts_lens, vopts_lse_ok, vopts_saved, vopts_fill_nan,
+    vopts_window_bad;
 /* ALiBi slopes. */
 static clattn_tensor sl_bad, sl_int, sl_rank, sl_in_out, sl_ok, q2, k2, v2, o2;
 static clattn_attention_opts opts_sl_bad, opts_sl_int, opts_sl_rank, opts_sl_in_out, opts_sl_ok;
@@ -168,6 +172,12 @@ static void make_decode_views(void)
     dopts_lens.mask.lens_ndim = 1;
     dopts_lens.mask.lens_dims[0] = 2;
     dopts_causal_tl.mask.causal = 1; /* align left at top-left */
+    dsl_out = view(&O, 0, 1, H_DIMS(2)); /* slopes (Hq) over out */
+    dopts_sl_out.alibi_slopes = &dsl_out;
+    dsl_k = view(&Kk, 0, 1, H_DIMS(2)); /* ... over the cache an append writes */
+    dopts_sl_k.alibi_slopes = &dsl_k;
+    dlse_out = view(&O, 2, 3, H_DIMS(2, 2, 1)); /* the LSE (B, Hq, Qn) over out */
+    dopts_lse_out.lse = &dlse_out;
     dopts_drop.dropout.p = 0.5f;
     dopts_drop.dropout.training = 1;
     bias_bad = view(&S, 0, 2, H_DIMS(5, 5)); /* scores (2, 5, 6) */
@@ -208,6 +218,9 @@ static void make_decode_views(void)
     vopts_lse_bad.lse = &vlse_bad;
     vopts_lse_ok.lse = &vlse;
     vopts_saved.saved = &vlse; /* multi-head attention's only */
+    vopts_fill_nan.mask.fill = NAN;
+    vopts_window_bad.mask.window = 1;
+    vopts_window_bad.mask.window_left = -5;
     vopts_lens.mask.valid_lens_host = cu_ok;
     vopts_lens.mask.lens_ndim = 1;
     vopts_lens.mask.lens_dims[0] = 2;
@@ -317,6 +330,10 @@ static clattn_mask m_lens_p, m_lens_y, m_mask_y, m_fill_nan, m_fill_inf, m_forei
 /* Issue 11: alignment and sliding-window fields out of range. */
 static clattn_mask m_align2, m_window2, m_wleft2, m_wright5;
 static clattn_attention_opts opts_align_neg, opts_wleft2, opts_wright_neg;
+/* Flags that take 0 or 1 only; a scale where none applies; host-length dims without lengths. */
+static clattn_mask m_causal2, m_lens_ndim_only;
+static clattn_dropout_params drop_training2;
+static clattn_attention_opts opts_scale2;
 static clattn_attention_opts opts_lse_bad, opts_lse_int, opts_lse_in_o, opts_lse_in_q,
     opts_lse_mask, opts_lse_y;
 static clattn_attention_opts opts_mask_p, opts_lens_p, opts_lens_p100, opts_lens_float,
@@ -342,6 +359,12 @@ static void make_issue9_bundles(void)
     m_fill_nan.fill = NAN;
     m_align2.align = 2;
     m_window2.window = 2;
+    m_causal2.causal = 2;
+    m_lens_ndim_only.lens_ndim = 1;
+    m_lens_ndim_only.lens_dims[0] = 2;
+    drop_training2.p = 0.5f;
+    drop_training2.training = 2;
+    opts_scale2.scale = 2.0f;
     m_wleft2.window = 1;
     m_wleft2.window_left = -2;
     m_wright5.window = 1;
@@ -696,6 +719,20 @@ static clattn_status wrap_with(cl_context c, cl_device_id d, cl_command_queue q)
     X(dropout_p_negative, INVALID_ARGUMENT, "p = -0.1", clattn_dropout(CTX, &S, &drop_neg, &Y)) \
     X(dropout_p_above_one, INVALID_ARGUMENT, "p = 1.5", clattn_dropout(CTX, &S, &drop_big, &Y)) \
     X(dropout_p_nan, INVALID_ARGUMENT, "p = nan", clattn_dropout(CTX, &S, &drop_nan, &Y))      \
+    X(dropout_training2, INVALID_ARGUMENT, "p.training = 2", clattn_dropout(CTX, &S,           \
+      &drop_training2, &Y))                                                                    \
+    X(softmax_causal2, INVALID_ARGUMENT, "mask.causal = 2", clattn_masked_softmax(CTX, &S,     \
+      &m_causal2, &Y))                                                                         \
+    X(softmax_lens_ndim_only, INVALID_ARGUMENT, "mask.lens_ndim = 1 without valid_lens_host",  \
+      clattn_masked_softmax(CTX, &S, &m_lens_ndim_only, &Y))                                   \
+    X(matmul_trans_a2, INVALID_ARGUMENT, "trans_a = 2", clattn_matmul(CTX, &A, 2, &B, 0, 1, 0, \
+      &C))                                                                                     \
+    X(matmul_trans_b_neg, INVALID_ARGUMENT, "trans_b = -1", clattn_matmul(CTX, &A, 0, &B, -1,  \
+      1, 0, &C))                                                                               \
+    X(mha_scale, INVALID_ARGUMENT, "opts.scale = 2: multi-head", clattn_multihead_attention(   \
+      CTX, &Q, &Kk, &V, &mw, &opts_scale2, &O, NULL))                                          \
+    X(additive_scale, INVALID_ARGUMENT, "opts.scale = 2: additive", clattn_additive_attention( \
+      CTX, &Q, &Kk, &V, &aw, &opts_scale2, &O, &Wt))                                           \
     X(dropout_y_shape, SHAPE_MISMATCH, "y", clattn_dropout(CTX, &S, &drop_ok, &s_wrong))       \
     /* additive scores */                                                                        \
     X(additive_wv_size, SHAPE_MISMATCH, "w_v", clattn_additive_scores(CTX, &Q, &Kk, &wv_bad,   \
@@ -834,6 +871,12 @@ static clattn_status wrap_with(cl_context c, cl_device_id d, cl_command_queue q)
       clattn_dot_product_attention(CTX, &q2, &k2, &v2, &opts_sl_ok, &o2, NULL))                \
     X(decode_alibi_shape, SHAPE_MISMATCH, "opts.alibi_slopes", clattn_decode_attention(CTX,    \
       &dq, &dc, &opts_sl_bad, &dout))                                                          \
+    X(decode_alibi_in_out, INVALID_ARGUMENT, "out: overlaps opts.alibi_slopes",                \
+      clattn_decode_attention(CTX, &dq, &dc, &dopts_sl_out, &dout))                            \
+    X(decode_alibi_in_cache, INVALID_ARGUMENT, "cache.k_cache: overlaps opts.alibi_slopes",    \
+      clattn_decode_attention(CTX, &dq, &dc_app, &dopts_sl_k, &dout))                          \
+    X(decode_lse_in_out, INVALID_ARGUMENT, "opts.lse: overlaps out",                           \
+      clattn_decode_attention(CTX, &dq, &dc, &dopts_lse_out, &dout))                           \
     X(varlen_cu_first, INVALID_ARGUMENT, "seqs.cu_seqlens_q[0] = 1", clattn_varlen_attention(  \
       CTX, &vq, &vk, &vv, &vs_first, NULL, &vout))                                             \
     X(varlen_cu_down, INVALID_ARGUMENT, "seqs.cu_seqlens_k[2] = 1 is below",                   \
@@ -856,6 +899,14 @@ static clattn_status wrap_with(cl_context c, cl_device_id d, cl_command_queue q)
       &vs_ok, &opts_bias_ok, &vout))                                                           \
     X(varlen_alibi, SHAPE_MISMATCH, "opts.alibi_slopes", clattn_varlen_attention(CTX, &vq,     \
       &vk, &vv, &vs_ok, &opts_sl_bad, &vout))                                                  \
+    X(varlen_null_v, INVALID_ARGUMENT, "V: NULL", clattn_varlen_attention(CTX, &vq, &vk, NULL, \
+      &vs_ok, NULL, &vout))                                                                    \
+    X(varlen_null_out, INVALID_ARGUMENT, "out: NULL", clattn_varlen_attention(CTX, &vq, &vk,   \
+      &vv, &vs_ok, NULL, NULL))                                                                \
+    X(varlen_fill_unpaired, INVALID_ARGUMENT, "opts.mask.fill = nan",                          \
+      clattn_varlen_attention(CTX, &vq, &vk, &vv, &vs_unpaired, &vopts_fill_nan, &vout))       \
+    X(varlen_window_unpaired, INVALID_ARGUMENT, "opts.mask.window_left = -5",                  \
+      clattn_varlen_attention(CTX, &vq, &vk, &vv, &vs_unpaired, &vopts_window_bad, &vout))     \
     X(varlen_saved, INVALID_ARGUMENT, "opts.saved: only multi-head attention",                 \
       clattn_varlen_attention(CTX, &vq, &vk, &vv, &vs_ok, &vopts_saved, &vout))                \
     X(convert_int32, INVALID_TENSOR, "x: dtype int32, expected float32, float16 or bfloat16",  \

@@ -152,6 +152,9 @@ clattn_status clattn_additive_attention(clattn_context *ctx, const clattn_tensor
     const clattn_arg outs[2] = {{out, "out"}, {weights, "weights"}};
     clattn_arg ins[ADD_NINS];
     additive_inputs(queries, keys, values, w, ins);
+    CHECK(ctx, !opts || opts->scale == 0.0f, CLATTN_ERROR_INVALID_ARGUMENT,
+          "opts.scale = %g: additive attention's scores are not scaled (0 here)",
+          (double)opts->scale);
     CHECK_ST(clattn__resolve_opts(ctx, opts, 3, sdims, ins, ADD_NINS, outs, 2, &m, &drop, &lse));
     /* scratch: projected queries and keys, then scores (unless returned in float32: 16-bit
      * weights are the float32 ones rounded once, while P V takes them unrounded) and dropped
@@ -305,6 +308,9 @@ clattn_status clattn_additive_attention_backward(clattn_context *ctx,
     size_t sdims[3] = {B, nq, nk};
     const clattn_dropout_params *drop;
     const clattn_tensor *lse;
+    CHECK(ctx, !opts || opts->scale == 0.0f, CLATTN_ERROR_INVALID_ARGUMENT,
+          "opts.scale = %g: additive attention's scores are not scaled (0 here)",
+          (double)opts->scale);
     CHECK_ST(clattn__resolve_opts(ctx, opts, 3, sdims, ins, ADD_NINS + 1, outs, 4, &m, &drop,
                                   &lse));
     if (opts) { /* the last gradients against the mask's tensors too */

@@ -66,7 +66,7 @@ clattn_status clattn__resolve_opts(clattn_context *ctx, const clattn_attention_o
     CHECK_ST(clattn__check_dropout(ctx, *drop, "opts.dropout"));
     if (*lse)
         CHECK_ST(check_lse(ctx, *lse, rank, sdims, ins, nins, outs, nouts));
-    if (nouts) /* decoding has none (outs NULL), and memcpy takes no NULL even for 0 bytes */
+    if (nouts) /* memcpy takes no NULL even for 0 bytes */
         memcpy(all, outs, sizeof *outs * (size_t)nouts);
     all[nouts].t = *lse;
     all[nouts].name = "opts.lse";

@@ -94,10 +94,12 @@ fail:
 }
 
 /* What decoding takes from opts: scale, lse, causal, a window and the fill (bottom-right), ALiBi
- * slopes. */
+ * slopes; the lse and the slopes overlap none of the outputs (out, and in place the caches with
+ * k_new and lens with advance). */
 static clattn_status check_opts(clattn_context *ctx, const clattn_attention_opts *opts,
                                 const clattn_tensor *Q, const clattn_kv_cache *c,
-                                clattn_mask_args *m, const clattn_tensor **lse)
+                                const clattn_tensor *out, clattn_mask_args *m,
+                                const clattn_tensor **lse)
 {
     clattn_status st = CLATTN_SUCCESS;
     const clattn_dropout_params *drop;
@@ -117,7 +119,12 @@ static clattn_status check_opts(clattn_context *ctx, const clattn_attention_opts
     const clattn_arg ins[6] = {{Q, "Q"},           {c->k_cache, "cache.k_cache"},
                                {c->v_cache, "cache.v_cache"}, {c->lens, "cache.lens"},
                                {c->k_new, "cache.k_new"}, {c->v_new, "cache.v_new"}};
-    CHECK_ST(clattn__resolve_opts(ctx, opts, 4, sdims, ins, 6, NULL, 0, m, &drop, lse));
+    int app = c->k_new != NULL;
+    const clattn_arg outs[4] = {{out, "out"},
+                                {app ? c->k_cache : NULL, "cache.k_cache"},
+                                {app ? c->v_cache : NULL, "cache.v_cache"},
+                                {c->advance ? c->lens : NULL, "cache.lens"}};
+    CHECK_ST(clattn__resolve_opts(ctx, opts, 4, sdims, ins, 6, outs, 4, m, &drop, lse));
 fail:
     return st;
 }
@@ -373,7 +380,7 @@ clattn_status clattn_decode_attention(clattn_context *ctx, const clattn_tensor *
     CHECK(NULL, ctx, CLATTN_ERROR_INVALID_ARGUMENT, "ctx: NULL context");
     CHECK_ST(check_shapes(ctx, Q, cache, out));
     CHECK_ST(check_overlaps(ctx, Q, cache, out));
-    CHECK_ST(check_opts(ctx, opts, Q, cache, &m, &lse));
+    CHECK_ST(check_opts(ctx, opts, Q, cache, out, &m, &lse));
     if (lse) { /* the lse is an output beside out */
         const clattn_arg o[1] = {{lse, "opts.lse"}}, others[1] = {{out, "out"}};
         CHECK_ST(clattn__check_no_overlap(ctx, o, 1, others, 1));

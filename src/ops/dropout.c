@@ -7,9 +7,12 @@ clattn_status clattn__check_dropout(clattn_context *ctx, const clattn_dropout_pa
                                     const char *name)
 {
     clattn_status st = CLATTN_SUCCESS;
-    if (p)
+    if (p) {
         CHECK(ctx, p->p >= 0.0f && p->p <= 1.0f, CLATTN_ERROR_INVALID_ARGUMENT,
               "%s.p = %g is outside [0, 1]", name, (double)p->p);
+        CHECK(ctx, p->training == 0 || p->training == 1, CLATTN_ERROR_INVALID_ARGUMENT,
+              "%s.training = %d: must be 0 (no-op) or 1", name, p->training);
+    }
 fail:
     return st;
 }

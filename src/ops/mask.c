@@ -171,6 +171,11 @@ static clattn_status resolve_parts(clattn_context *ctx, const clattn_mask *m, in
           "CLATTN_ALIGN_BOTTOM_RIGHT (1)", name, m->align);
     CHECK(ctx, m->window == 0 || m->window == 1, CLATTN_ERROR_INVALID_ARGUMENT,
           "%s.window = %d: must be 0 (no sliding window) or 1", name, m->window);
+    CHECK(ctx, m->causal == 0 || m->causal == 1, CLATTN_ERROR_INVALID_ARGUMENT,
+          "%s.causal = %d: must be 0 or 1", name, m->causal);
+    CHECK(ctx, m->valid_lens_host || m->lens_ndim == 0, CLATTN_ERROR_INVALID_ARGUMENT,
+          "%s.lens_ndim = %d without valid_lens_host (a device valid_lens has its own shape)",
+          name, m->lens_ndim);
     CHECK(ctx, !m->window || (m->window_left >= -1 && m->window_right >= -1),
           CLATTN_ERROR_INVALID_ARGUMENT, "%s.window_left = %d, window_right = %d: each must be "
           ">= 0, or -1 for unbounded", name, m->window_left, m->window_right);

@@ -103,13 +103,19 @@ static clattn_status resolve_mha_opts(clattn_context *ctx, const clattn_attentio
                                       const clattn_dropout_params **drop,
                                       const clattn_tensor **lse, const clattn_tensor **saved)
 {
+    clattn_status st = CLATTN_SUCCESS;
     *saved = opts ? opts->saved : NULL;
     if (opts) {
         *o = *opts;
         o->saved = NULL;
     }
-    return clattn__resolve_opts(ctx, opts ? o : NULL, 4, sdims, ins, nins, outs, nouts, m, drop,
-                                lse);
+    CHECK(ctx, !opts || opts->scale == 0.0f, CLATTN_ERROR_INVALID_ARGUMENT, "opts.scale = %g: "
+          "multi-head attention scales by 1/sqrt(head size), as d2l's (0 here)",
+          (double)opts->scale);
+    CHECK_ST(clattn__resolve_opts(ctx, opts ? o : NULL, 4, sdims, ins, nins, outs, nouts, m, drop,
+                                  lse));
+fail:
+    return st;
 }
 
 /* hid: W_q's rows (num_heads x dh); kvhid: W_k's and W_v's (num_kv_heads x dh). */
@@ -254,13 +260,17 @@ clattn_status clattn_multihead_attention(clattn_context *ctx, const clattn_tenso
                               &saved));
     mha_saved_layout sl = saved_layout(B, nq, nk, H, hid, kvhid);
     clattn_tensor slse; /* with saved, the attention's LSE goes there (and then to opts.lse) */
-    if (saved) {
-        clattn_arg all[MHA_NINS + 3];
+    if (saved) { /* written while every other argument is read, or before out is written */
+        clattn_arg all[MHA_NINS + 7];
         memcpy(all, ins, sizeof ins);
         all[MHA_NINS] = outs[0];
         all[MHA_NINS + 1] = outs[1];
         all[MHA_NINS + 2] = (clattn_arg){lse, "opts.lse"};
-        CHECK_ST(check_saved(ctx, saved, &sl, all, MHA_NINS + 3));
+        all[MHA_NINS + 3] = (clattn_arg){opts->mask.valid_lens, "opts.mask.valid_lens"};
+        all[MHA_NINS + 4] = (clattn_arg){opts->mask.mask, "opts.mask.mask"};
+        all[MHA_NINS + 5] = (clattn_arg){opts->bias, "opts.bias"};
+        all[MHA_NINS + 6] = (clattn_arg){opts->alibi_slopes, "opts.alibi_slopes"};
+        CHECK_ST(check_saved(ctx, saved, &sl, all, MHA_NINS + 7));
         slse = clattn_view(saved->buf, CLATTN_FLOAT32, saved->offset + sl.lse, 3,
                            (size_t[]){B, H, nq});
     }

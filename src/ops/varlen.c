@@ -57,6 +57,8 @@ static clattn_status check_tensors(clattn_context *ctx, const clattn_tensor *Q,
     clattn_status st = CLATTN_SUCCESS;
     CHECK_ST(clattn__check_float_tensor(ctx, Q, "Q", 3, 3));
     CHECK_ST(clattn__check_float_tensor(ctx, K, "K", 3, 3));
+    CHECK_ST(clattn__check_float_tensor(ctx, V, "V", 3, 3)); /* before V->dims is read below */
+    CHECK_ST(clattn__check_float_tensor(ctx, out, "out", 3, 3));
     size_t Hq = Q->dims[1], Hkv = K->dims[1];
     CHECK(ctx, Hq % Hkv == 0, CLATTN_ERROR_SHAPE_MISMATCH,
           "K: %zu heads do not divide Q's %zu", Hkv, Hq);
@@ -77,7 +79,7 @@ fail:
     return st;
 }
 
-/* opts: no tensors in the mask, no bias, nothing saved; the lse (total_q, Hq) and the slopes ((Hq) or (B, Hq))
+/* opts: no tensors in the mask and valid scalars, no bias, nothing saved; the lse (total_q, Hq) and the slopes ((Hq) or (B, Hq))
  * overlap no output; the mask's scalars are checked per sequence. */
 static clattn_status check_opts(clattn_context *ctx, const clattn_attention_opts *opts,
                                 const clattn_tensor *Q, const clattn_tensor *K,
@@ -95,6 +97,11 @@ static clattn_status check_opts(clattn_context *ctx, const clattn_attention_opts
     CHECK(ctx, !opts->saved, CLATTN_ERROR_INVALID_ARGUMENT,
           "opts.saved: only multi-head attention and its backward take it (NULL here)");
     CHECK_ST(clattn__check_dropout(ctx, &opts->dropout, "opts.dropout"));
+    /* the mask's scalars (fill, align, window), checked per sequence again in seq_mask, once
+     * here: a batch where no sequence has both rows and keys runs none of those checks */
+    size_t one[4] = {1, Q->dims[1], 1, 1};
+    CHECK_ST(clattn__resolve_mask_dims(ctx, mk, 4, one, "opts.mask", NULL, 0, &m));
+    clattn__mask_release(&m);
     p->mask = *mk;
     p->drop = clattn__dropout_active(&opts->dropout) ? &opts->dropout : NULL;
     p->lse = opts->lse;
