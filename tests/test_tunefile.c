@@ -91,8 +91,12 @@ static void assert_choice(clattn_context *c, const char *op, const char *prefix)
 
 static void assert_note(clattn_context *c, const char *needle)
 {
-    if (!strstr(clattn_context_tune_note(c), needle))
-        fail_msg("tune note '%s' lacks '%s'", clattn_context_tune_note(c), needle);
+    const char *note = clattn_context_tune_note(c);
+    if (!strstr(note, needle))
+        fail_msg("tune note '%s' lacks '%s'", note, needle);
+    for (const char *p = note; *p; p++) /* it quotes the file: no control bytes from it */
+        if ((unsigned char)*p < 0x20 || (unsigned char)*p == 0x7f)
+            fail_msg("tune note '%s' holds byte 0x%02x", note, (unsigned char)*p);
 }
 
 static void test_entries_in_use(void **state)
@@ -146,6 +150,7 @@ static void test_bad_files_ignored(void **state)
         {"clattn-tune 1\n", "softmax=cpu:VW=12", "VW"},
         {"clattn-tune 1\n", "just words", "not op"},
         {"clattn-tune 1\n", "softmax=cpu,matmul=cpu", "one entry per line"},
+        {"clattn-tune 1\n", "\x01\x7f\x1b[2J", "line '???[2J' is not op"},
         {"clattn-tune 1\n", "matmul=cpu", "a second entry"},
     };
     char path[300], text[4096];

@@ -102,7 +102,7 @@ static clattn_status check_lens_values(clattn_context *ctx, const int *v, size_t
     clattn_status st = CLATTN_SUCCESS;
     for (size_t i = 0; i < n; i++)
         CHECK(ctx, v[i] >= 0 && v[i] <= K, CLATTN_ERROR_INVALID_ARGUMENT,
-              "%s[%zu] = %d is outside [0, K = %d]", name, i, v[i], K);
+              "%s[%zu] = %d is outside [0, %d]", name, i, v[i], K); /* K, or a loss's T */
 fail:
     return st;
 }

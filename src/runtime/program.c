@@ -62,8 +62,8 @@ static clattn_status load_raw(clattn_context *ctx, const char *file, char **out)
         char path[CLATTN_PATH_MAX + 1]; /* longer kernel dirs fail context creation */
         snprintf(path, sizeof path, "%s/%s", ctx->kernel_dir, file);
         char *body = read_file(path);
-        CHECK(ctx, body, CLATTN_ERROR_IO, "kernel file %s: cannot read (CLATTN_KERNEL_DIR=%s)",
-              path, ctx->kernel_dir);
+        CHECK(ctx, body, CLATTN_ERROR_IO, "kernel file %s: cannot read (the kernel directory, "
+              "params.kernel_dir or CLATTN_KERNEL_DIR: %s)", path, ctx->kernel_dir);
         size_t n = strlen(body) + strlen(file) + 32;
         *out = malloc(n);
         if (*out)

@@ -227,6 +227,10 @@ void clattn__load_tune_file(clattn_context *ctx)
                  ctx->tune_path, why);
     free(text);
     clattn__clear_error(ctx);
+    /* the note quotes the file's lines: a corrupt file's control bytes stay out of it */
+    for (char *c = ctx->tune_note; *c; c++)
+        if ((unsigned char)*c < 0x20 || (unsigned char)*c == 0x7f)
+            *c = '?';
 }
 
 const char *clattn_context_tune_path(const clattn_context *ctx)
