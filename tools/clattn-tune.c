@@ -642,33 +642,29 @@ static int usage(const char *msg)
     return 2;
 }
 
-int main(int argc, char **argv)
+/* The command line into s, *out and want; 0, or the exit status of a usage error. */
+static int parse_args(int argc, char **argv, settings *s, const char **out, int want[NOPS])
 {
-    settings s;
-    memset(&s, 0, sizeof s);
-    s.budget = 600;
-    setvbuf(stdout, NULL, _IOLBF, 0); /* progress, line by line, also into a log file */
-    const char *out = NULL, *ops = "matmul,matmul@small,softmax,attention,decode,backward";
-    int want[NOPS] = {0};
+    const char *ops = "matmul,matmul@small,softmax,attention,decode,backward";
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         char *end = NULL;
         if (strcmp(a, "--quick") == 0) {
-            s.quick = 1;
+            s->quick = 1;
             continue;
         }
         if (!v || strncmp(a, "--", 2) != 0)
             return usage(v ? "unknown argument" : "an option lacks its value");
         i++;
         if (strcmp(a, "--device") == 0) {
-            s.device = v;
+            s->device = v;
         } else if (strcmp(a, "--out") == 0) {
-            out = v;
+            *out = v;
         } else if (strcmp(a, "--ops") == 0) {
             ops = v;
         } else if (strcmp(a, "--budget") == 0) {
-            s.budget = strtod(v, &end);
-            if (!end || *end || !(s.budget > 0) || !isfinite(s.budget))
+            s->budget = strtod(v, &end);
+            if (!end || *end || !(s->budget > 0) || !isfinite(s->budget))
                 return usage("--budget: a positive number of seconds");
         } else {
             return usage("unknown option");
@@ -687,86 +683,83 @@ int main(int argc, char **argv)
         }
         p += n + (p[n] == ',');
     }
+    return 0;
+}
+
+/* The tune file's path (out, else where contexts look for it) into path, checked writable, and a
+ * context that reads no tune file: the table's choices, where the context that found the path
+ * read the file being replaced, whose entries are candidates to measure again. NULL on error
+ * (said on stderr). */
+static clattn_context *open_table(const settings *s, const char *out, char *path, size_t n)
+{
     clattn_params p;
     clattn_context *ctx = NULL;
+    char why[1024];
     memset(&p, 0, sizeof p);
-    p.device = s.device;
+    p.device = s->device;
     p.tuning = "";
     if (clattn_context_create(&ctx, &p) != CLATTN_SUCCESS) {
         fprintf(stderr, "clattn-tune: %s\n", clattn_last_error(NULL));
-        return 1;
+        return NULL;
     }
-    char path[4096], why[1024], keys[2048], text[8192];
-    copy(path, sizeof path, out ? out : clattn_context_tune_path(ctx));
-    if (!path[0]) {
+    copy(path, n, out ? out : clattn_context_tune_path(ctx));
+    int ok = path[0] != '\0';
+    if (!ok)
         fprintf(stderr, "clattn-tune: no tune file location (%s): give --out\n",
                 clattn_context_tune_note(ctx));
-        clattn_context_destroy(&ctx);
-        return 1;
-    }
-    if (!writable(path, why, sizeof why)) {
+    else if (!(ok = writable(path, why, sizeof why)))
         fprintf(stderr, "clattn-tune: --out %s: %s\n", path, why);
-        clattn_context_destroy(&ctx);
-        return 1;
-    }
-    /* The table's choices come from a context that reads no tune file: this one read the file
-     * being replaced, whose entries are candidates to measure again, not the table. */
     clattn_context_destroy(&ctx);
     p.tune_file = "off";
-    if (clattn_context_create(&ctx, &p) != CLATTN_SUCCESS) {
+    if (ok && clattn_context_create(&ctx, &p) != CLATTN_SUCCESS)
         fprintf(stderr, "clattn-tune: %s\n", clattn_last_error(NULL));
-        return 1;
-    }
-    key_lines(ctx, keys, sizeof keys);
-    printf("clattn-tune: %s\ntune file: %s\nbudget: %.0f s%s\n",
-           clattn_context_description(ctx), path, s.budget, s.quick ? " (quick)" : "");
-    s.start = now();
-    size_t used = (size_t)snprintf(text, sizeof text, "clattn-tune 1\n%s", keys);
-    outcome res[NOPS];
-    int nwant = 0, done = 0;
-    for (int op = 0; op < NOPS; op++)
-        nwant += want[op];
-    for (int op = 0; op < NOPS; op++) {
-        if (!want[op])
-            continue;
-        work w;
-        make_work(&w, op, s.quick);
-        outcome *o = &res[op];
-        clattn_context_tuning(ctx, w.key, o->table, sizeof o->table);
-        char entry[640];
-        entry_of(entry, sizeof entry, w.key, o->table);
-        printf("%s (%s), table: %s\n", op_names[op], w.shape, entry);
-        o->table_s = measure(&s, &w, entry, 1, why, sizeof why);
-        if (o->table_s < 0) {
-            printf("  the table's choice: %s\n", why);
-            copy(o->best, sizeof o->best, o->table);
-            free_work(&w);
-            continue;
-        }
-        double left = s.budget - (now() - s.start);
-        search(&s, &w, op, now() + left / (nwant - done), o);
-        done++;
-        if (strcmp(o->best, o->table) != 0)
-            confirm(&s, &w, o);
-        else /* the search timed the table's choice again: the best figure of the same thing */
-            o->table_s = o->best_s = fmin(o->table_s, o->best_s);
-        double ratio = o->table_s / o->best_s;
-        int keep = strcmp(o->best, o->table) != 0 && ratio >= 1 / KEEP;
-        printf("  table %.3f ms, best %.3f ms (%.2fx): %s\n", 1e3 * o->table_s, 1e3 * o->best_s,
-               ratio, keep ? o->best : "the table's choice stays");
-        used += (size_t)snprintf(text + used, sizeof text - used,
-                                 "# %s %s: table %s %.3f ms, tuned %.3f ms (%.2fx)\n",
-                                 op_names[op], w.shape, o->table, 1e3 * o->table_s,
-                                 1e3 * o->best_s, ratio);
-        if (keep) {
-            used += (size_t)snprintf(text + used, sizeof text - used, "%s=%s\n", w.key,
-                                     o->best);
-            size_t k = strlen(s.kept);
-            snprintf(s.kept + k, sizeof s.kept - k, "%s%s=%s", k ? "," : "", w.key, o->best);
-        }
+    return ok ? ctx : NULL;
+}
+
+/* Tunes op within its share of the budget left (nwant ops wanted, *done of them tuned) and adds
+ * its lines to the file's text (used bytes of n); an entry kept joins s->kept. */
+static void tune_op(settings *s, clattn_context *ctx, int op, int nwant, int *done, char *text,
+                    size_t n, size_t *used)
+{
+    work w;
+    outcome res, *o = &res;
+    char entry[640], why[1024];
+    make_work(&w, op, s->quick);
+    clattn_context_tuning(ctx, w.key, o->table, sizeof o->table);
+    entry_of(entry, sizeof entry, w.key, o->table);
+    printf("%s (%s), table: %s\n", op_names[op], w.shape, entry);
+    o->table_s = measure(s, &w, entry, 1, why, sizeof why);
+    if (o->table_s < 0) {
+        printf("  the table's choice: %s\n", why);
         free_work(&w);
+        return;
     }
-    clattn_context_destroy(&ctx);
+    double left = s->budget - (now() - s->start);
+    search(s, &w, op, now() + left / (nwant - *done), o);
+    (*done)++;
+    if (strcmp(o->best, o->table) != 0)
+        confirm(s, &w, o);
+    else /* the search timed the table's choice again: the best figure of the same thing */
+        o->table_s = o->best_s = fmin(o->table_s, o->best_s);
+    double ratio = o->table_s / o->best_s;
+    int keep = strcmp(o->best, o->table) != 0 && ratio >= 1 / KEEP;
+    printf("  table %.3f ms, best %.3f ms (%.2fx): %s\n", 1e3 * o->table_s, 1e3 * o->best_s,
+           ratio, keep ? o->best : "the table's choice stays");
+    *used += (size_t)snprintf(text + *used, n - *used,
+                              "# %s %s: table %s %.3f ms, tuned %.3f ms (%.2fx)\n", op_names[op],
+                              w.shape, o->table, 1e3 * o->table_s, 1e3 * o->best_s, ratio);
+    if (keep) {
+        *used += (size_t)snprintf(text + *used, n - *used, "%s=%s\n", w.key, o->best);
+        size_t k = strlen(s->kept);
+        snprintf(s->kept + k, sizeof s->kept - k, "%s%s=%s", k ? "," : "", w.key, o->best);
+    }
+    free_work(&w);
+}
+
+/* Writes text to path (through a temporary file, renamed), then reads it back as every context
+ * will: the library must take the whole file. 0, or 1 with the reason on stderr. */
+static int write_file(const settings *s, const char *path, const char *text)
+{
     char tmp[4200];
     snprintf(tmp, sizeof tmp, "%s.tmp%ld", path, (long)getpid());
     FILE *f = fopen(tmp, "w");
@@ -776,9 +769,10 @@ int main(int argc, char **argv)
         remove(tmp);
         return 1;
     }
-    /* Read back as every context will: the library must take the whole file. */
+    clattn_params p;
+    clattn_context *ctx = NULL;
     memset(&p, 0, sizeof p);
-    p.device = s.device;
+    p.device = s->device;
     p.tune_file = path;
     if (clattn_context_create(&ctx, &p) != CLATTN_SUCCESS ||
         !strstr(clattn_context_tune_note(ctx), "in use")) {
@@ -787,7 +781,35 @@ int main(int argc, char **argv)
         clattn_context_destroy(&ctx);
         return 1;
     }
-    printf("wrote %s in %.0f s; %s\n", path, now() - s.start, clattn_context_tune_note(ctx));
+    printf("wrote %s in %.0f s; %s\n", path, now() - s->start, clattn_context_tune_note(ctx));
     clattn_context_destroy(&ctx);
     return 0;
+}
+
+int main(int argc, char **argv)
+{
+    settings s;
+    const char *out = NULL;
+    int want[NOPS] = {0}, rc, nwant = 0, done = 0;
+    char path[4096], keys[2048], text[8192];
+    memset(&s, 0, sizeof s);
+    s.budget = 600;
+    setvbuf(stdout, NULL, _IOLBF, 0); /* progress, line by line, also into a log file */
+    if ((rc = parse_args(argc, argv, &s, &out, want)) != 0)
+        return rc;
+    clattn_context *ctx = open_table(&s, out, path, sizeof path);
+    if (!ctx)
+        return 1;
+    key_lines(ctx, keys, sizeof keys);
+    printf("clattn-tune: %s\ntune file: %s\nbudget: %.0f s%s\n",
+           clattn_context_description(ctx), path, s.budget, s.quick ? " (quick)" : "");
+    s.start = now();
+    size_t used = (size_t)snprintf(text, sizeof text, "clattn-tune 1\n%s", keys);
+    for (int op = 0; op < NOPS; op++)
+        nwant += want[op];
+    for (int op = 0; op < NOPS; op++)
+        if (want[op])
+            tune_op(&s, ctx, op, nwant, &done, text, sizeof text, &used);
+    clattn_context_destroy(&ctx);
+    return write_file(&s, path, text);
 }
