@@ -266,23 +266,21 @@ fail:
     return st;
 }
 
-clattn_status clattn_additive_attention_backward(clattn_context *ctx,
-                                                 const clattn_tensor *queries,
-                                                 const clattn_tensor *keys,
-                                                 const clattn_tensor *values,
-                                                 const clattn_additive_weights *w,
-                                                 const clattn_attention_opts *opts,
-                                                 const clattn_tensor *dout,
-                                                 const clattn_additive_grads *g)
+/* The backward's arguments: the forward's, dout (B, Q, v) and float32 gradients of the right
+ * shapes overlapping no input (dW_k and dw_v, written last, not the mask's tensors either); *h
+ * the projection size, m and *drop the resolved mask and dropout. */
+static clattn_status check_additive_backward(clattn_context *ctx, const clattn_tensor *queries,
+                                             const clattn_tensor *keys,
+                                             const clattn_tensor *values,
+                                             const clattn_additive_weights *w,
+                                             const clattn_attention_opts *opts,
+                                             const clattn_tensor *dout,
+                                             const clattn_additive_grads *g, size_t *h,
+                                             clattn_mask_args *m,
+                                             const clattn_dropout_params **drop)
 {
     clattn_status st = CLATTN_SUCCESS;
-    clattn_mask_args m = {0};
-    clattn_tuning tune;
-    cl_mem buf;
-    size_t h;
-    CHECK_DRY_RUN(ctx, clattn_additive_attention_backward(ctx, queries, keys, values, w, opts,
-                                                          dout, g));
-    CHECK(NULL, ctx, CLATTN_ERROR_INVALID_ARGUMENT, "ctx: NULL context");
+    const clattn_tensor *lse;
     CHECK(ctx, g, CLATTN_ERROR_INVALID_ARGUMENT, "grads: NULL");
     CHECK_ST(clattn__check_module_inputs(ctx, queries, keys, values, dout, "dout"));
     size_t B = queries->dims[0], nq = queries->dims[1], nk = keys->dims[1];
@@ -290,10 +288,10 @@ clattn_status clattn_additive_attention_backward(clattn_context *ctx,
           CLATTN_ERROR_SHAPE_MISMATCH, "dout: shape (%zu, %zu, %zu), expected (%zu, %zu, %zu)",
           dout->dims[0], dout->dims[1], dout->dims[2], B, nq, values->dims[2]);
     CHECK(ctx, w, CLATTN_ERROR_INVALID_ARGUMENT, "w: NULL weights");
-    h = 0;
-    CHECK_ST(check_proj(ctx, w->W_q, "w.W_q", queries, "queries", &h));
-    CHECK_ST(check_proj(ctx, w->W_k, "w.W_k", keys, "keys", &h));
-    CHECK_ST(check_wv(ctx, w->w_v, h, "w.w_v"));
+    *h = 0;
+    CHECK_ST(check_proj(ctx, w->W_q, "w.W_q", queries, "queries", h));
+    CHECK_ST(check_proj(ctx, w->W_k, "w.W_k", keys, "keys", h));
+    CHECK_ST(check_wv(ctx, w->w_v, *h, "w.w_v"));
     clattn_arg ins[ADD_NINS + 1];
     additive_inputs(queries, keys, values, w, ins);
     ins[ADD_NINS] = (clattn_arg){dout, "dout"};
@@ -306,12 +304,10 @@ clattn_status clattn_additive_attention_backward(clattn_context *ctx,
         CHECK_ST(clattn__check_grad(ctx, outs[i].t, outs[i].name, ins[i].t, ins[i].name));
     CHECK_ST(clattn__check_no_overlap(ctx, outs, 6, ins, ADD_NINS + 1));
     size_t sdims[3] = {B, nq, nk};
-    const clattn_dropout_params *drop;
-    const clattn_tensor *lse;
     CHECK(ctx, !opts || opts->scale == 0.0f, CLATTN_ERROR_INVALID_ARGUMENT,
           "opts.scale = %g: additive attention's scores are not scaled (0 here)",
           (double)opts->scale);
-    CHECK_ST(clattn__resolve_opts(ctx, opts, 3, sdims, ins, ADD_NINS + 1, outs, 4, &m, &drop,
+    CHECK_ST(clattn__resolve_opts(ctx, opts, 3, sdims, ins, ADD_NINS + 1, outs, 4, m, drop,
                                   &lse));
     if (opts) { /* the last gradients against the mask's tensors too */
         const clattn_arg mins[4] = {{opts->mask.valid_lens, "opts.mask.valid_lens"},
@@ -320,6 +316,31 @@ clattn_status clattn_additive_attention_backward(clattn_context *ctx,
                                     {opts->alibi_slopes, "opts.alibi_slopes"}};
         CHECK_ST(clattn__check_no_overlap(ctx, outs + 4, 2, mins, 4));
     }
+fail:
+    return st;
+}
+
+clattn_status clattn_additive_attention_backward(clattn_context *ctx,
+                                                 const clattn_tensor *queries,
+                                                 const clattn_tensor *keys,
+                                                 const clattn_tensor *values,
+                                                 const clattn_additive_weights *w,
+                                                 const clattn_attention_opts *opts,
+                                                 const clattn_tensor *dout,
+                                                 const clattn_additive_grads *g)
+{
+    clattn_status st = CLATTN_SUCCESS;
+    clattn_mask_args m = {0};
+    const clattn_dropout_params *drop;
+    clattn_tuning tune;
+    cl_mem buf;
+    size_t h;
+    CHECK_DRY_RUN(ctx, clattn_additive_attention_backward(ctx, queries, keys, values, w, opts,
+                                                          dout, g));
+    CHECK(NULL, ctx, CLATTN_ERROR_INVALID_ARGUMENT, "ctx: NULL context");
+    CHECK_ST(check_additive_backward(ctx, queries, keys, values, w, opts, dout, g, &h, &m, &drop));
+    size_t B = queries->dims[0], nq = queries->dims[1], nk = keys->dims[1];
+    size_t sdims[3] = {B, nq, nk};
     /* scratch: qp, kp, P, X (dropout(P), then the scores' gradient), dqp, dkp, w's partials */
     size_t nqp = B * nq * h, nkp = B * nk * h, ns = B * nq * nk;
     int dropping = clattn__dropout_active(drop);
