@@ -24,7 +24,9 @@ first=$(table_line "$dir/run1.log")
 case $first in
 *VW=16*) other=$(printf '%s\n' "$first" | sed 's/VW=16/VW=8/') ;;
 *VW=8*) other=$(printf '%s\n' "$first" | sed 's/VW=8/VW=16/') ;;
-*) echo "tune_rerun: SKIPPED: the table's softmax choice '$first' has no VW"; exit 77 ;;
+*WG=64:*) other=$(printf '%s\n' "$first" | sed 's/WG=64:/WG=32:/') ;;
+*WG=*) other=$(printf '%s\n' "$first" | sed 's/WG=[0-9]*/WG=64/') ;;
+*) echo "tune_rerun: SKIPPED: the table's softmax choice '$first' has no VW or WG"; exit 77 ;;
 esac
 grep -v '^softmax=' "$file" >"$file.new" && printf '%s\n' "$other" >>"$file.new" &&
     mv "$file.new" "$file" || exit 1
