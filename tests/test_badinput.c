@@ -1108,6 +1108,41 @@ static void test_count_sees_enqueues(void **s)
     assert_int_equal(clattn_tensor_write_blocking(h_ctx, &C, initial[0]), CLATTN_SUCCESS);
 }
 
+/* The unfused attention paths (and additive attention, always) keep every score in float32
+ * scratch indexed with 32-bit ints: past INT32_MAX elements they refuse, before allocating
+ * anything (a device with allocations over 8 GiB would otherwise run them with wrapped
+ * offsets). 46341^2 scores, head size 1. */
+static void test_unfused_past_int32(void **s)
+{
+    (void)s;
+    clattn_params p;
+    clattn_context *c = NULL;
+    memset(&p, 0, sizeof p);
+    p.tuning = "attention=unfused";
+    assert_int_equal(clattn_context_wrap(&c, clattn_context_cl(h_ctx), clattn_context_device(h_ctx),
+                                         clattn_context_queue(h_ctx), &p),
+                     CLATTN_SUCCESS);
+    clattn_tensor q = h_tensor(CLATTN_FLOAT32, 3, H_DIMS(1, 46341, 1), NULL);
+    clattn_tensor o = h_tensor(CLATTN_FLOAT32, 3, H_DIMS(1, 46341, 1), NULL);
+    assert_int_equal(clattn_tensor_fill(h_ctx, &o, 7.0f), CLATTN_SUCCESS);
+    void *before = h_read(&o);
+    clattn_status st = clattn_dot_product_attention(c, &q, &q, &q, NULL, &o, NULL);
+    if (st != CLATTN_ERROR_UNSUPPORTED || !strstr(clattn_last_error(c), "32-bit indexing"))
+        fail_msg("status %d: %s", (int)st, clattn_last_error(c));
+    h_assert_bytes(&o, before, "out of a refused unfused attention");
+    clattn_tensor w1 = h_tensor(CLATTN_FLOAT32, 2, H_DIMS(1, 1), NULL); /* h = 1 */
+    clattn_additive_weights aw1 = {&w1, &w1, &w1};
+    st = clattn_additive_attention(h_ctx, &q, &q, &q, &aw1, NULL, &o, NULL);
+    if (st != CLATTN_ERROR_UNSUPPORTED || !strstr(clattn_last_error(h_ctx), "32-bit indexing"))
+        fail_msg("additive: status %d: %s", (int)st, clattn_last_error(h_ctx));
+    h_assert_bytes(&o, before, "out of a refused additive attention");
+    clattn_tensor_release(&w1);
+    free(before);
+    clattn_tensor_release(&q);
+    clattn_tensor_release(&o);
+    clattn_context_destroy(&c);
+}
+
 /* Views that share a root buffer but no bytes are accepted: the sub-buffer's origin counts. C
  * (sub, bytes [al*4, al*4 + 168) of Par) against A at Par's elements [0, 24): a check that ignored
  * the origin would see both at offset 0. In-place through one cl_mem stays allowed. */
@@ -1218,6 +1253,7 @@ int main(void)
         cmocka_unit_test(test_bad_inputs),
         cmocka_unit_test(test_count_sees_enqueues),
         cmocka_unit_test(test_disjoint_subbuffer_accepted),
+        cmocka_unit_test(test_unfused_past_int32),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

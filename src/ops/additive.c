@@ -163,6 +163,9 @@ clattn_status clattn_additive_attention(clattn_context *ctx, const clattn_tensor
     int dropping = clattn__dropout_active(drop);
     int own_s = !weights || weights->dtype != CLATTN_FLOAT32;
     size_t need = nqp + nkp + (own_s ? ns : 0) + (dropping ? ns : 0);
+    CHECK(ctx, need <= (size_t)INT32_MAX, CLATTN_ERROR_UNSUPPORTED, "additive_attention: %zu "
+          "float32 intermediates (projections and scores) exceed the kernels' 32-bit indexing",
+          need);
     CHECK_ST(clattn__scratch(ctx, CLATTN_SCRATCH_MODULE, need * 4, &buf));
     clattn_tensor qp = clattn_view(buf, CLATTN_FLOAT32, 0, 3, (size_t[]){B, nq, h});
     clattn_tensor kp = clattn_view(buf, CLATTN_FLOAT32, nqp, 3, (size_t[]){B, nk, h});
@@ -344,6 +347,9 @@ clattn_status clattn_additive_attention_backward(clattn_context *ctx,
     /* scratch: qp, kp, P, X (dropout(P), then the scores' gradient), dqp, dkp, w's partials */
     size_t nqp = B * nq * h, nkp = B * nk * h, ns = B * nq * nk;
     int dropping = clattn__dropout_active(drop);
+    CHECK(ctx, 3 * nqp + 2 * nkp + 2 * ns <= (size_t)INT32_MAX, CLATTN_ERROR_UNSUPPORTED,
+          "additive_attention_backward: %zu float32 intermediates exceed the kernels' 32-bit "
+          "indexing", 3 * nqp + 2 * nkp + 2 * ns);
     CHECK_ST(clattn__scratch(ctx, CLATTN_SCRATCH_MODULE, (3 * nqp + 2 * nkp + 2 * ns) * 4, &buf));
     clattn_tensor qp = clattn_view(buf, CLATTN_FLOAT32, 0, 3, (size_t[]){B, nq, h});
     clattn_tensor kp = clattn_view(buf, CLATTN_FLOAT32, nqp, 3, (size_t[]){B, nk, h});

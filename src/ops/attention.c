@@ -142,6 +142,10 @@ clattn_status clattn__attention_core(clattn_context *ctx, const clattn_tensor *Q
      * before dropout, as d2l keeps them. */
     int own_s = !weights || weights->dtype != CLATTN_FLOAT32;
     size_t need = (own_s ? n : 0) + (drop ? n : 0);
+    CHECK(ctx, need <= (size_t)INT32_MAX, CLATTN_ERROR_UNSUPPORTED, "attention: the unfused "
+          "path's %zu float32 intermediates (the scores%s) exceed the kernels' 32-bit indexing; "
+          "the fused path (no weights returned, head sizes up to 256) keeps none", need,
+          drop ? " and the dropped weights" : "");
     if (need)
         CHECK_ST(clattn__scratch(ctx, CLATTN_SCRATCH_ATTN, need * 4, &buf));
     clattn_tensor S = own_s ? shaped(buf, 0, Q, nq, nk) : *weights;
@@ -258,6 +262,9 @@ static clattn_status chain_backward(clattn_context *ctx, const clattn_tensor *Q,
     size_t nq = Q->dims[Q->ndim - 2], nk = K->dims[K->ndim - 2];
     size_t G = Q->ndim == 4 ? Q->dims[1] / K->dims[1] : 1, n = clattn__batch_count(Q, 2) * nq * nk;
     int drop = clattn__dropout_active(dropout);
+    CHECK(ctx, 2 * n <= (size_t)INT32_MAX, CLATTN_ERROR_UNSUPPORTED, "attention backward: the "
+          "unfused path's %zu float32 intermediates (probabilities and their gradient) exceed "
+          "the kernels' 32-bit indexing", 2 * n);
     CHECK_ST(clattn__scratch(ctx, CLATTN_SCRATCH_ATTN, 2 * n * 4, &buf));
     clattn_tensor P = shaped(buf, 0, Q, nq, nk), X = shaped(buf, n, Q, nq, nk);
     clattn_tensor Qg = grouped(Q, G), Pg = grouped(&P, G), Xg = grouped(&X, G);
