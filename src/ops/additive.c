@@ -88,6 +88,8 @@ fail:
     return st;
 }
 
+/* why opts.scale must be 0 here (clattn__check_no_scale) */
+#define ADD_SCALE "additive attention's scores are not scaled"
 #define ADD_NINS 6
 /* Every input of additive attention, for the overlap checks (w already checked non-NULL). */
 static void additive_inputs(const clattn_tensor *q, const clattn_tensor *k,
@@ -152,9 +154,7 @@ clattn_status clattn_additive_attention(clattn_context *ctx, const clattn_tensor
     const clattn_arg outs[2] = {{out, "out"}, {weights, "weights"}};
     clattn_arg ins[ADD_NINS];
     additive_inputs(queries, keys, values, w, ins);
-    CHECK(ctx, !opts || opts->scale == 0.0f, CLATTN_ERROR_INVALID_ARGUMENT,
-          "opts.scale = %g: additive attention's scores are not scaled (0 here)",
-          (double)opts->scale);
+    CHECK_ST(clattn__check_no_scale(ctx, opts, ADD_SCALE));
     CHECK_ST(clattn__resolve_opts(ctx, opts, 3, sdims, ins, ADD_NINS, outs, 2, &m, &drop, &lse));
     /* scratch: projected queries and keys, then scores (unless returned in float32: 16-bit
      * weights are the float32 ones rounded once, while P V takes them unrounded) and dropped
@@ -307,9 +307,7 @@ static clattn_status check_additive_backward(clattn_context *ctx, const clattn_t
         CHECK_ST(clattn__check_grad(ctx, outs[i].t, outs[i].name, ins[i].t, ins[i].name));
     CHECK_ST(clattn__check_no_overlap(ctx, outs, 6, ins, ADD_NINS + 1));
     size_t sdims[3] = {B, nq, nk};
-    CHECK(ctx, !opts || opts->scale == 0.0f, CLATTN_ERROR_INVALID_ARGUMENT,
-          "opts.scale = %g: additive attention's scores are not scaled (0 here)",
-          (double)opts->scale);
+    CHECK_ST(clattn__check_no_scale(ctx, opts, ADD_SCALE));
     CHECK_ST(clattn__resolve_opts(ctx, opts, 3, sdims, ins, ADD_NINS + 1, outs, 4, m, drop,
                                   &lse));
     if (opts) { /* the last gradients against the mask's tensors too */

@@ -42,6 +42,16 @@ fail:
     return st;
 }
 
+clattn_status clattn__check_no_scale(clattn_context *ctx, const clattn_attention_opts *opts,
+                                     const char *fixed)
+{
+    clattn_status st = CLATTN_SUCCESS;
+    CHECK(ctx, !opts || opts->scale == 0.0f, CLATTN_ERROR_INVALID_ARGUMENT,
+          "opts.scale = %g: %s (0 here)", opts ? (double)opts->scale : 0.0, fixed);
+fail:
+    return st;
+}
+
 clattn_status clattn__resolve_scale(clattn_context *ctx, const clattn_attention_opts *opts,
                                     size_t d, float *scale)
 {

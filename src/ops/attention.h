@@ -125,6 +125,9 @@ clattn_status clattn__check_module_inputs(clattn_context *ctx, const clattn_tens
 /* *scale = opts.scale, or 1/sqrt(d) when opts is NULL or its scale 0; fails when not finite. */
 clattn_status clattn__resolve_scale(clattn_context *ctx, const clattn_attention_opts *opts,
                                     size_t d, float *scale);
+/* For the modules that fix their scale: opts.scale must be 0 (unset); `fixed` says what they use. */
+clattn_status clattn__check_no_scale(clattn_context *ctx, const clattn_attention_opts *opts,
+                                     const char *fixed);
 /* Checks opts' dropout and lse and resolves its mask for scores of the given shape (opts may be
  * NULL); the lse must not overlap ins or outs (at most 4), nor the mask's tensors outs or the lse. *drop is
  * the dropout to apply (NULL for none), *lse opts' lse (NULL for none). Release m with

@@ -45,9 +45,10 @@ static clattn_status check_matmul(clattn_context *ctx, const clattn_tensor *A, i
     CHECK_ST(clattn__check_float_tensor(ctx, A, "A", 2, 4));
     CHECK_ST(clattn__check_float_tensor(ctx, B, "B", 2, 4));
     CHECK_ST(clattn__check_float_tensor(ctx, C, cname, 2, 4));
-    CHECK(ctx, (ta == 0 || ta == 1) && (tb == 0 || tb == 1), CLATTN_ERROR_INVALID_ARGUMENT,
-          "%s = %d: must be 0 (as it is) or 1 (transposed)", ta == 0 || ta == 1 ? "trans_b" :
-          "trans_a", ta == 0 || ta == 1 ? tb : ta);
+    CHECK(ctx, ta == 0 || ta == 1, CLATTN_ERROR_INVALID_ARGUMENT,
+          "trans_a = %d: must be 0 (as it is) or 1 (transposed)", ta);
+    CHECK(ctx, tb == 0 || tb == 1, CLATTN_ERROR_INVALID_ARGUMENT,
+          "trans_b = %d: must be 0 (as it is) or 1 (transposed)", tb);
     operand a = describe(A, ta), b = describe(B, tb);
     int M = (int)C->dims[C->ndim - 2], N = (int)C->dims[C->ndim - 1];
     CHECK(ctx, a.cols == b.rows, CLATTN_ERROR_SHAPE_MISMATCH,

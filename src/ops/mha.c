@@ -109,9 +109,8 @@ static clattn_status resolve_mha_opts(clattn_context *ctx, const clattn_attentio
         *o = *opts;
         o->saved = NULL;
     }
-    CHECK(ctx, !opts || opts->scale == 0.0f, CLATTN_ERROR_INVALID_ARGUMENT, "opts.scale = %g: "
-          "multi-head attention scales by 1/sqrt(head size), as d2l's (0 here)",
-          (double)opts->scale);
+    CHECK_ST(clattn__check_no_scale(ctx, opts, "multi-head attention scales by 1/sqrt(head "
+                                              "size), as d2l's"));
     CHECK_ST(clattn__resolve_opts(ctx, opts ? o : NULL, 4, sdims, ins, nins, outs, nouts, m, drop,
                                   lse));
 fail:

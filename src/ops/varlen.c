@@ -79,8 +79,8 @@ fail:
     return st;
 }
 
-/* opts: no tensors in the mask and valid scalars, no bias, nothing saved; the lse (total_q, Hq) and the slopes ((Hq) or (B, Hq))
- * overlap no output; the mask's scalars are checked per sequence. */
+/* opts: no tensors in the mask, valid mask scalars, no bias, nothing saved; the lse (total_q, Hq)
+ * and the slopes ((Hq) or (B, Hq)) overlap no output. */
 static clattn_status check_opts(clattn_context *ctx, const clattn_attention_opts *opts,
                                 const clattn_tensor *Q, const clattn_tensor *K,
                                 const clattn_tensor *V, const clattn_tensor *out, varlen_plan *p)
