@@ -1,11 +1,13 @@
 #include "harness.h"
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 clattn_context *h_ctx;
 static unsigned long long seed_base, state;
+static size_t guard_len; /* h_tensor's guard: H_GUARD elements, 0 on Oclgrind */
 
 unsigned long long h_seed(void)
 {
@@ -62,6 +64,8 @@ int h_setup(void **st)
         fprintf(stderr, "skipping (CI is not true)\n");
         exit(77); /* meson's skip code */
     }
+    /* Oclgrind checks every access against its buffer's bounds: exact buffers there */
+    guard_len = strstr(clattn_context_description(h_ctx), "Oclgrind") ? 0 : H_GUARD;
     const char *tune = getenv("CLATTN_TUNE");
     printf("# device: %s\n# tuning override: %s\n# seed: %llu (set CLATTN_TEST_SEED to change)\n",
            clattn_context_description(h_ctx), tune && *tune ? tune : "(none)", seed_base);
@@ -75,13 +79,82 @@ int h_teardown(void **st)
     return 0;
 }
 
-clattn_tensor h_tensor(clattn_dtype dt, int ndim, const size_t *dims, const void *host)
+clattn_tensor h_tensor_exact(clattn_dtype dt, int ndim, const size_t *dims, const void *host)
 {
     clattn_tensor t;
     clattn_status rc = clattn_tensor_create(h_ctx, dt, ndim, dims, host, &t);
     if (rc != CLATTN_SUCCESS)
         fail_msg("tensor_create: %s", clattn_last_error(h_ctx));
     return t;
+}
+
+static size_t numel_of(int ndim, const size_t *dims)
+{
+    size_t n = 1;
+    for (int i = 0; i < ndim; i++)
+        n *= dims[i];
+    return n;
+}
+
+/* The guard's element for a buffer: a NaN (float dtypes) whose payload comes from the buffer's
+ * handle, so that an op copying one tensor's guard into another's changes the latter. */
+
+static void guard_fill(void *g, size_t len, clattn_dtype dt, cl_mem buf)
+{
+    unsigned long long k = (unsigned long long)(uintptr_t)buf * 0x9E3779B97F4A7C15ull;
+    k ^= k >> 29;
+    for (size_t i = 0; i < len; i++) {
+        if (clattn_dtype_size(dt) == 4)
+            ((unsigned int *)g)[i] = 0x7fc00000u | (unsigned int)(k & 0x3fffff);
+        else
+            ((unsigned short *)g)[i] = dt == CLATTN_FLOAT16 ? 0x7e00 | (k & 0x1ff) : 0x7fc0 | (k & 0x3f);
+    }
+}
+
+/* The host data, if any, and the guard in one write; without host data the tensor's elements stay
+ * unwritten, so that Oclgrind would report a kernel reading them. */
+clattn_tensor h_tensor(clattn_dtype dt, int ndim, const size_t *dims, const void *host)
+{
+    size_t n = numel_of(ndim, dims), es = clattn_dtype_size(dt), all = n + guard_len;
+    if (!guard_len)
+        return h_tensor_exact(dt, ndim, dims, host);
+    clattn_tensor whole = h_tensor_exact(dt, 1, &all, NULL);
+    size_t from = host ? 0 : n, len = all - from;
+    unsigned char *init = malloc(len * es);
+    assert_non_null(init);
+    if (host)
+        memcpy(init, host, n * es);
+    guard_fill(init + (n - from) * es, guard_len, dt, whole.buf);
+    clattn_tensor part = clattn_view(whole.buf, dt, from, 1, &len);
+    if (clattn_tensor_write_blocking(h_ctx, &part, init) != CLATTN_SUCCESS)
+        fail_msg("write (guard): %s", clattn_last_error(h_ctx));
+    free(init);
+    return clattn_view(whole.buf, dt, 0, ndim, dims);
+}
+
+/* The guard of a tensor h_tensor made (offset 0, its buffer guard_len elements longer) holds what
+ * guard_fill wrote. Other tensors and views have none to check. */
+static void check_guard(const clattn_tensor *t)
+{
+    size_t n = clattn_tensor_numel(t), es = clattn_dtype_size(t->dtype), size = 0, g = guard_len;
+    if (!g || t->offset != 0 || !t->buf
+        || clGetMemObjectInfo(t->buf, CL_MEM_SIZE, sizeof size, &size, NULL) != CL_SUCCESS
+        || size != (n + g) * es)
+        return;
+    clattn_tensor guard = clattn_view(t->buf, t->dtype, n, 1, &g);
+    unsigned char *got = malloc(g * es), *want = malloc(g * es);
+    assert_non_null(got);
+    assert_non_null(want);
+    guard_fill(want, g, t->dtype, t->buf);
+    if (clattn_tensor_read_blocking(h_ctx, &guard, got) != CLATTN_SUCCESS)
+        fail_msg("read (guard): %s", clattn_last_error(h_ctx));
+    size_t i = 0;
+    while (i < g * es && got[i] == want[i])
+        i++;
+    free(got);
+    free(want);
+    if (i < g * es)
+        fail_msg("an op wrote past the end of a tensor of %zu elements (byte %zu after it)", n, i);
 }
 
 const clattn_dtype h_float_dtypes[3] = {CLATTN_FLOAT32, CLATTN_FLOAT16, CLATTN_BFLOAT16};
@@ -196,6 +269,7 @@ void *h_read(const clattn_tensor *t)
     clattn_status rc = clattn_tensor_read_blocking(h_ctx, t, p);
     if (rc != CLATTN_SUCCESS)
         fail_msg("read: %s", clattn_last_error(h_ctx));
+    check_guard(t);
     return p;
 }
 

@@ -21,8 +21,15 @@ double h_uniform(double lo, double hi);
 int h_randint(int lo, int hi); /* inclusive */
 void h_fill(float *x, size_t n, double lo, double hi);
 
-/* Device tensors (released with clattn_tensor_release). host may be NULL. */
+/* Device tensors (released with clattn_tensor_release). host may be NULL. h_tensor's buffer runs
+ * H_GUARD elements past the tensor, NaNs with a payload of the buffer's own, and h_read checks
+ * that they still are: an op that writes past its output's end fails the test on devices that do
+ * not trap (PoCL), and one that reads past an input's end reads NaN. On Oclgrind, which checks
+ * bounds itself, h_tensor is h_tensor_exact: a buffer that holds the tensor only (also for tests
+ * of views past a buffer's end). Without host data the elements are left unwritten. */
+#define H_GUARD 256
 clattn_tensor h_tensor(clattn_dtype dt, int ndim, const size_t *dims, const void *host);
+clattn_tensor h_tensor_exact(clattn_dtype dt, int ndim, const size_t *dims, const void *host);
 /* A float tensor of nlead leading dims lead[] then (rows, cols). */
 clattn_tensor h_batched(int nlead, const size_t *lead, size_t rows, size_t cols, const float *host);
 /* 16-bit storage. h_round rounds host floats in place to what dtype dt stores (nearest even;

@@ -1561,7 +1561,7 @@ static void test_bad_input(void **s)
     /* multi-head: x (3, 4) as (B 1, T 3, 4) queries, keys and values; W (4, 4), 2 heads */
     clattn_tensor X = h_tensor(CLATTN_FLOAT32, 3, H_DIMS(1, 3, 4), z);
     clattn_tensor W4 = h_tensor(CLATTN_FLOAT32, 2, H_DIMS(4, 4), z);
-    clattn_tensor dX = h_tensor(CLATTN_FLOAT32, 3, H_DIMS(1, 3, 4), o);
+    clattn_tensor dX = h_tensor_exact(CLATTN_FLOAT32, 3, H_DIMS(1, 3, 4), o);
     clattn_tensor dX5 = h_tensor(CLATTN_FLOAT32, 3, H_DIMS(1, 3, 5), o);
     clattn_tensor dW4 = h_tensor(CLATTN_FLOAT32, 2, H_DIMS(4, 4), o);
     clattn_mha_weights mw = {2, &W4, &W4, &W4, &W4, NULL, NULL, NULL, NULL, 0};

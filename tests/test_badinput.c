@@ -82,7 +82,7 @@ static clattn_tensor mk(int ndim, const size_t *dims, float lo)
     float *x = malloc(n * sizeof *x);
     assert_non_null(x);
     h_fill(x, n, lo, lo + 2);
-    clattn_tensor t = h_tensor(CLATTN_FLOAT32, ndim, dims, x);
+    clattn_tensor t = h_tensor_exact(CLATTN_FLOAT32, ndim, dims, x);
     free(x);
     return t;
 }
@@ -141,7 +141,7 @@ static void make_decode_views(void)
     dk = view(&Kk, 0, 4, H_DIMS(2, 1, 6, 8));
     dk_h3 = view(&Kk, 0, 4, H_DIMS(2, 3, 2, 8)); /* 3 K/V heads do not divide 2 */
     dv = view(&V, 0, 4, H_DIMS(2, 1, 6, 3));
-    dlens = h_tensor(CLATTN_INT32, 1, H_DIMS(2), l2);
+    dlens = h_tensor_exact(CLATTN_INT32, 1, H_DIMS(2), l2);
     dlens3 = view(&lens3, 0, 1, H_DIMS(3));
     dlens_f = view(&mask_f, 0, 1, H_DIMS(2));
     dlens_f.dtype = CLATTN_FLOAT32;
@@ -1122,15 +1122,15 @@ static void test_unfused_past_int32(void **s)
     assert_int_equal(clattn_context_wrap(&c, clattn_context_cl(h_ctx), clattn_context_device(h_ctx),
                                          clattn_context_queue(h_ctx), &p),
                      CLATTN_SUCCESS);
-    clattn_tensor q = h_tensor(CLATTN_FLOAT32, 3, H_DIMS(1, 46341, 1), NULL);
-    clattn_tensor o = h_tensor(CLATTN_FLOAT32, 3, H_DIMS(1, 46341, 1), NULL);
+    clattn_tensor q = h_tensor_exact(CLATTN_FLOAT32, 3, H_DIMS(1, 46341, 1), NULL);
+    clattn_tensor o = h_tensor_exact(CLATTN_FLOAT32, 3, H_DIMS(1, 46341, 1), NULL);
     assert_int_equal(clattn_tensor_fill(h_ctx, &o, 7.0f), CLATTN_SUCCESS);
     void *before = h_read(&o);
     clattn_status st = clattn_dot_product_attention(c, &q, &q, &q, NULL, &o, NULL);
     if (st != CLATTN_ERROR_UNSUPPORTED || !strstr(clattn_last_error(c), "32-bit indexing"))
         fail_msg("status %d: %s", (int)st, clattn_last_error(c));
     h_assert_bytes(&o, before, "out of a refused unfused attention");
-    clattn_tensor w1 = h_tensor(CLATTN_FLOAT32, 2, H_DIMS(1, 1), NULL); /* h = 1 */
+    clattn_tensor w1 = h_tensor_exact(CLATTN_FLOAT32, 2, H_DIMS(1, 1), NULL); /* h = 1 */
     clattn_additive_weights aw1 = {&w1, &w1, &w1};
     st = clattn_additive_attention(h_ctx, &q, &q, &q, &aw1, NULL, &o, NULL);
     if (st != CLATTN_ERROR_UNSUPPORTED || !strstr(clattn_last_error(h_ctx), "32-bit indexing"))
@@ -1215,9 +1215,9 @@ static int setup(void **st)
     Mo = mk(2, H_DIMS(3, 8), -1);
     mask_f = mk(2, H_DIMS(2, 2), 0);
     int l3[3] = {1, 2, 3};
-    lens3 = h_tensor(CLATTN_INT32, 1, H_DIMS(3), l3);
+    lens3 = h_tensor_exact(CLATTN_INT32, 1, H_DIMS(3), l3);
     int m4[4] = {1, 0, 1, 1};
-    mask_i = h_tensor(CLATTN_INT32, 2, H_DIMS(2, 2), m4);
+    mask_i = h_tensor_exact(CLATTN_INT32, 2, H_DIMS(2, 2), m4);
     small_buf = mk(1, H_DIMS(20), -1);
     other_cl = clCreateContext(NULL, 1, (cl_device_id[]){DEV}, NULL, NULL, &err);
     assert_int_equal(err, CL_SUCCESS);

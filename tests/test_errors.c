@@ -19,11 +19,11 @@ static int setup(void **st)
     h_fill(c_init, 42, -1, 1);
     h_fill(s, 30, -1, 1);
     h_fill(y_init, 30, -1, 1);
-    A = h_tensor(CLATTN_FLOAT32, 2, H_DIMS(6, 4), a);
-    B = h_tensor(CLATTN_FLOAT32, 2, H_DIMS(4, 7), b);
-    C = h_tensor(CLATTN_FLOAT32, 2, H_DIMS(6, 7), c_init);
-    S = h_tensor(CLATTN_FLOAT32, 3, H_DIMS(2, 3, 5), s);
-    Y = h_tensor(CLATTN_FLOAT32, 3, H_DIMS(2, 3, 5), y_init);
+    A = h_tensor_exact(CLATTN_FLOAT32, 2, H_DIMS(6, 4), a);
+    B = h_tensor_exact(CLATTN_FLOAT32, 2, H_DIMS(4, 7), b);
+    C = h_tensor_exact(CLATTN_FLOAT32, 2, H_DIMS(6, 7), c_init);
+    S = h_tensor_exact(CLATTN_FLOAT32, 3, H_DIMS(2, 3, 5), s);
+    Y = h_tensor_exact(CLATTN_FLOAT32, 3, H_DIMS(2, 3, 5), y_init);
     return 0;
 }
 
@@ -110,9 +110,9 @@ static void test_softmax_bad(void **s)
     clattn_tensor wrong = clattn_view(C.buf, CLATTN_FLOAT32, 0, 3, H_DIMS(2, 5, 3));
     int lens_neg[2] = {-1, 2}, lens_big[2] = {6, 2}, lens_ok[3] = {1, 5, 2};
     int mvals[4] = {1, 0, 1, 1};
-    clattn_tensor mt = h_tensor(CLATTN_INT32, 2, H_DIMS(2, 2), mvals);
+    clattn_tensor mt = h_tensor_exact(CLATTN_INT32, 2, H_DIMS(2, 2), mvals);
     clattn_tensor mfloat = clattn_view(mt.buf, CLATTN_FLOAT32, 0, 1, H_DIMS(4));
-    clattn_tensor dlens = h_tensor(CLATTN_INT32, 1, H_DIMS(3), lens_ok);
+    clattn_tensor dlens = h_tensor_exact(CLATTN_INT32, 1, H_DIMS(3), lens_ok);
     clattn_mask m = {0};
     EXPECT_SM(NULL, NULL, &Y, CLATTN_ERROR_INVALID_ARGUMENT, "scores: NULL");
     EXPECT_SM(&S, NULL, &wrong, CLATTN_ERROR_SHAPE_MISMATCH, "out: shape");
@@ -148,8 +148,8 @@ static void test_fill_minus_infinity(void **s)
     int lens[2] = {2, 6};
     double ref[R * K];
     h_fill(x, R * K, -3, 3);
-    clattn_tensor tx = h_tensor(CLATTN_FLOAT32, 3, H_DIMS(2, 2, K), x);
-    clattn_tensor ty = h_tensor(CLATTN_FLOAT32, 3, H_DIMS(2, 2, K), NULL);
+    clattn_tensor tx = h_tensor_exact(CLATTN_FLOAT32, 3, H_DIMS(2, 2, K), x);
+    clattn_tensor ty = h_tensor_exact(CLATTN_FLOAT32, 3, H_DIMS(2, 2, K), NULL);
     clattn_mask m = {0};
     m.valid_lens_host = lens;
     m.lens_ndim = 1;

@@ -45,10 +45,13 @@ static void ref_merge(int n, size_t rows, int dv, float *const *o, float *const 
 }
 
 /* LSEs of one row's n ranges, by kind: mixed, some empty, all empty, one NaN, near 1e4, ties and
- * gaps beyond float32's exp range. */
+ * gaps beyond float32's exp range, the first empty, the first two empty (the running merge's
+ * first step with an empty range a, and an empty state met by an open range). */
 static float draw_lse(size_t row, int i)
 {
-    switch (row % 6) {
+    switch (row % 8) {
+    case 6: return i == 0 ? -INFINITY : (float)h_uniform(-5, 5);
+    case 7: return i < 2 ? -INFINITY : (float)h_uniform(-5, 5);
     case 0: return (float)h_uniform(-30, 30);
     case 1: return i % 2 ? -INFINITY : (float)h_uniform(-5, 5);
     case 2: return -INFINITY;
