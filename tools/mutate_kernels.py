@@ -28,7 +28,7 @@ TESTS = {
     'matmul.cl': ['matmul', 'multihead'],
     'flash_backward.cl': ['backward'],
     'loss.cl': ['loss'],
-    'additive.cl': ['additive'],
+    'additive.cl': ['additive', 'backward'],
     'heads.cl': ['heads', 'multihead'],
     'merge.cl': ['merge', 'decode'],
     'convert.cl': ['convert'],
