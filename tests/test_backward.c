@@ -711,12 +711,13 @@ static void test_attention_backward(void **s)
 /* ---- the fused backward against the chain on NaN, infinities and blocked rows ---- */
 
 typedef struct {
-    int H, nq, nk, d;   /* rank 4 (1, H, nq, d), K and V one head (grouped-query: G = H) */
+    int H, nq, nk, d;   /* rank 4 (1, H, nq, d), K and V hkv heads (grouped-query: G = H / hkv) */
     h_mask_spec mask;
     char which;         /* the operand given a non-finite value: 'q', 'k', 'v', 'o' (dout), 0 */
     int at;             /* its row */
     float value;
     double qscale;      /* Q uniform in [-qscale, qscale] (0: 1) */
+    int hkv;            /* K/V heads (0: 1); the non-finite K or V value is in head 0 only */
 } nf_case;
 
 /* 1 when a and b agree: NaN where the other is NaN, the same infinity, else within tol of each
@@ -733,9 +734,10 @@ static int nf_agree(float a, float b, double big)
 static void run_nf(const nf_case *c)
 {
     size_t qd[4] = {1, (size_t)c->H, (size_t)c->nq, (size_t)c->d};
-    size_t kd[4] = {1, 1, (size_t)c->nk, (size_t)c->d}, sd[4] = {1, (size_t)c->H, (size_t)c->nq,
-                                                                (size_t)c->nk};
-    size_t nq_ = (size_t)c->H * c->nq * c->d, nk_ = (size_t)c->nk * c->d;
+    size_t hkv = c->hkv > 0 ? (size_t)c->hkv : 1;
+    size_t kd[4] = {1, hkv, (size_t)c->nk, (size_t)c->d}, sd[4] = {1, (size_t)c->H, (size_t)c->nq,
+                                                                  (size_t)c->nk};
+    size_t nq_ = (size_t)c->H * c->nq * c->d, nk_ = hkv * c->nk * c->d;
     float *q = malloc(nq_ * 4), *k = malloc(nk_ * 4), *v = malloc(nk_ * 4), *g = malloc(nq_ * 4);
     double qs = c->qscale > 0 ? c->qscale : 1;
     h_fill(q, nq_, -qs, qs);
@@ -783,9 +785,9 @@ static void run_nf(const nf_case *c)
                 big = fmax(big, fabs(a[e]));
         for (size_t e = 0; e < n; e++)
             if (!nf_agree(a[e], b[e], big))
-                fail_msg("fused backward vs chain, H %d Q %d K %d d %d, %c row %d = %g, lens %d "
-                         "causal %d fill %g: %s[%zu] is %g fused, %g by the chain", c->H, c->nq,
-                         c->nk, c->d, c->which ? c->which : '-', c->at, (double)c->value,
+                fail_msg("fused backward vs chain, H %d/%zu Q %d K %d d %d, %c row %d = %g, "
+                         "lens %d causal %d fill %g: %s[%zu] is %g fused, %g by the chain", c->H, hkv,
+                         c->nq, c->nk, c->d, c->which ? c->which : '-', c->at, (double)c->value,
                          c->mask.lens, c->mask.causal, (double)c->mask.fill, names[i], e,
                          (double)b[e], (double)a[e]);
         free(a);
@@ -820,6 +822,9 @@ static void test_backward_nonfinite(void **s)
         {2, 70, 70, 8, {.causal = 1}, 'o', 0, inf},
         {2, 70, 70, 8, {.causal = 1}, 'o', 69, nan},
         {3, 70, 70, 8, {.causal = 1, .fill = -INFINITY}, 'k', 69, inf},
+        /* two K/V heads, the value in the first: each head's blocks keep their own flags */
+        {4, 70, 70, 8, {.causal = 1}, 'k', 66, -inf, 0, 2},
+        {4, 70, 70, 8, {.causal = 1}, 'v', 68, nan, 0, 2},
         {1, 3, 150, 8, {.lens = H_LENS_2D, .fixed_lens = l3}, 0, 0, 0},
         {1, 3, 150, 8, {.lens = H_LENS_2D, .fixed_lens = l3, .fill = -INFINITY}, 0, 0, 0},
         {1, 1, 100, 8, {.lens = H_LENS_1D, .fixed_lens = lz}, 'v', 99, nan},
@@ -830,7 +835,7 @@ static void test_backward_nonfinite(void **s)
         {2, 33, 80, 8, {.bias_rank = 2, .bias_dims = {33, 80}, .bias_ninf = 3}, 0, 0, 0},
     };
     /* under Oclgrind (CLATTN_TEST_SMALL) one case of each kind: Q, K, V, dout, blocked rows */
-    static const int small[] = {0, 2, 4, 6, 10, 14};
+    static const int small[] = {0, 2, 4, 6, 12, 16};
     size_t n = h_small() ? sizeof small / sizeof small[0] : sizeof cs / sizeof cs[0];
     for (size_t i = 0; i < n; i++)
         run_nf(&cs[h_small() ? (size_t)small[i] : i]);
