@@ -123,7 +123,7 @@ def main():
     print(f'{a.file}: {len(ms)} mutants, running {len(order)} through {", ".join(tests)}',
           flush=True)
     tunes, killed = variants(), 0
-    with tempfile.TemporaryDirectory(prefix='clattn-mutant-') as tmp, open(a.log, 'a') as log:
+    with tempfile.TemporaryDirectory(prefix='clattn-mutant-') as tmp, open(os.devnull if a.list else a.log, 'a') as log:
         kdir = os.path.join(tmp, 'kernels')
         for i in order:
             n, old, new = ms[i]
