@@ -343,12 +343,11 @@ clattn_status clattn_additive_attention_backward(clattn_context *ctx,
     size_t B = queries->dims[0], nq = queries->dims[1], nk = keys->dims[1];
     size_t sdims[3] = {B, nq, nk};
     /* scratch: qp, kp, P, X (dropout(P), then the scores' gradient), dqp, dkp, w's partials */
-    size_t nqp = B * nq * h, nkp = B * nk * h, ns = B * nq * nk;
+    size_t nqp = B * nq * h, nkp = B * nk * h, ns = B * nq * nk, need = 3 * nqp + 2 * nkp + 2 * ns;
     int dropping = clattn__dropout_active(drop);
-    CHECK(ctx, 3 * nqp + 2 * nkp + 2 * ns <= (size_t)INT32_MAX, CLATTN_ERROR_UNSUPPORTED,
-          "additive_attention_backward: %zu float32 intermediates exceed the kernels' 32-bit "
-          "indexing", 3 * nqp + 2 * nkp + 2 * ns);
-    CHECK_ST(clattn__scratch(ctx, CLATTN_SCRATCH_MODULE, (3 * nqp + 2 * nkp + 2 * ns) * 4, &buf));
+    CHECK(ctx, need <= (size_t)INT32_MAX, CLATTN_ERROR_UNSUPPORTED, "additive_attention_backward: "
+          "%zu float32 intermediates exceed the kernels' 32-bit indexing", need);
+    CHECK_ST(clattn__scratch(ctx, CLATTN_SCRATCH_MODULE, need * 4, &buf));
     clattn_tensor qp = clattn_view(buf, CLATTN_FLOAT32, 0, 3, (size_t[]){B, nq, h});
     clattn_tensor kp = clattn_view(buf, CLATTN_FLOAT32, nqp, 3, (size_t[]){B, nk, h});
     clattn_tensor P = clattn_view(buf, CLATTN_FLOAT32, nqp + nkp, 3, sdims);
