@@ -3,6 +3,7 @@ the attention options. Host data is uploaded here, checked strictly (dtype and l
 the argument), never converted behind the caller's back except where the docs say so."""
 import ctypes
 import math
+import operator
 
 import numpy as np
 
@@ -15,6 +16,33 @@ _ALIGN = {"top_left": _lib.ALIGN_TOP_LEFT, "bottom_right": _lib.ALIGN_BOTTOM_RIG
 
 def _ptr(t):
     return None if t is None else ctypes.pointer(t)
+
+
+def int_arg(value, name, lo=-2**31, hi=2**31 - 1):
+    """value as an int in [lo, hi] (default int32's range), else an error naming the argument:
+    ctypes would wrap it, or truncate a float, without a word."""
+    try:
+        v = operator.index(value)
+    except TypeError:
+        raise TypeError(f"{name}: expected an integer, got {value!r}") from None
+    if not lo <= v <= hi:
+        raise ValueError(f"{name}: {v} is outside [{lo}, {hi}]")
+    return v
+
+
+def dropout_key(seed, offset):
+    """The Philox stream's seed and offset, each a uint64."""
+    return int_arg(seed, "seed", 0, 2**64 - 1), int_arg(offset, "offset", 0, 2**64 - 1)
+
+
+def out_dtype(dtype, default):
+    """An op's out_dtype (a float dtype), default when None."""
+    if dtype is None:
+        return default
+    name = dtype_name(dtype, "out_dtype")
+    if name not in FLOAT_DTYPES:
+        raise TypeError(f"out_dtype: expected one of {', '.join(FLOAT_DTYPES)}, got {name}")
+    return name
 
 
 class Call:
@@ -36,6 +64,8 @@ class Call:
         """x as a device Array of this context: an Array as it is, host data uploaded when its
         dtype is one of dtypes and it is C-contiguous."""
         if isinstance(x, Array):
+            if not x._t.buf:
+                raise ValueError(f"{name}: the array has been released")
             if x.context is not self.ctx and x.context.cl_context != self.ctx.cl_context:
                 raise ValueError(f"{name}: the array belongs to another OpenCL context "
                                  f"({x.context.description})")
@@ -56,6 +86,9 @@ class Call:
                              "(numpy.ascontiguousarray makes a copy that is)")
         if not 1 <= arr.ndim <= _lib.MAX_DIMS:
             raise ValueError(f"{name}: expected 1 to {_lib.MAX_DIMS} dims, got shape {arr.shape}")
+        if arr.size == 0:
+            raise ValueError(f"{name}: an empty array (shape {arr.shape}); every dim of a "
+                             "clattn tensor is positive")
         a = from_host(self.ctx, arr, src)
         self.keep.append(a)
         return a
@@ -88,7 +121,10 @@ class Call:
                 arr = to_numpy(mask)
                 if arr.dtype.kind not in "biu":
                     raise TypeError(f"mask: expected a bool or integer 0/1 mask, got {arr.dtype}")
-                mask = np.ascontiguousarray(arr, np.int32)  # bool masks: True = attend
+                # bool masks: True = attend; other integers compared with 0 here, as a cast
+                # to int32 would wrap 2**32 to 0
+                mask = np.ascontiguousarray(arr if arr.dtype == np.int32 else arr != 0,
+                                            np.int32)
             m.mask = _ptr(self.array(mask, "mask", ("int32",)).tensor)
         m.causal = int(bool(causal))
         if fill is not None:
@@ -105,8 +141,8 @@ class Call:
                 raise TypeError(f"window: expected (left, right), None meaning unbounded, "
                                 f"got {window!r}") from None
             m.window = 1
-            m.window_left = -1 if left is None else int(left)
-            m.window_right = -1 if right is None else int(right)
+            m.window_left = -1 if left is None else int_arg(left, "window")
+            m.window_right = -1 if right is None else int_arg(right, "window")
         self.keep.append(m)
         return m
 
@@ -134,7 +170,7 @@ class Call:
         if not 0.0 <= float(dropout_p) <= 1.0:
             raise ValueError(f"dropout_p: expected a probability in [0, 1], got {dropout_p}")
         if dropout_p:
-            o.dropout = _lib.Dropout(float(dropout_p), 1, int(seed), int(offset))
+            o.dropout = _lib.Dropout(float(dropout_p), 1, *dropout_key(seed, offset))
         if scale is not None:
             o.scale = float(scale)
             if o.scale == 0.0 or not math.isfinite(o.scale):

@@ -41,7 +41,10 @@ def dtype_name(dtype, name="dtype"):
 
 
 def host_dtype_name(arr):
-    """The clattn dtype of a NumPy array's data, or None (float64, int64, bool, ...)."""
+    """The clattn dtype of a NumPy array's data, or None (float64, int64, bool, a byte order
+    other than the machine's, ...)."""
+    if not arr.dtype.isnative:
+        return None
     return arr.dtype.name if arr.dtype.name in DTYPES else None
 
 
@@ -57,6 +60,8 @@ def _shape(shape, name="shape"):
                          f"got {len(shape)} ({shape})")
     if any(d <= 0 for d in shape):
         raise ValueError(f"{name}: every dim must be positive, got {shape}")
+    if any(d >= 2**63 for d in shape):  # ctypes would wrap it modulo 2**64
+        raise ValueError(f"{name}: a dim is too large, got {shape}")
     return shape
 
 
@@ -174,6 +179,9 @@ class Array:
         """A new array converted on the device (clattn_convert: any two float dtypes, rounding
         to nearest even)."""
         dtype = dtype_name(dtype)
+        if dtype not in FLOAT_DTYPES or self.dtype not in FLOAT_DTYPES:
+            raise TypeError(f"dtype: astype converts between float dtypes "
+                            f"({', '.join(FLOAT_DTYPES)}), got {self.dtype} to {dtype}")
         out = empty(self.context, self.shape, dtype)
         self.context.call(lib.clattn_convert, ctypes.byref(self.tensor), ctypes.byref(out.tensor))
         return out
@@ -262,10 +270,17 @@ class Array:
 
 
 def empty(ctx, shape, dtype="float32"):
-    dtype, shape = dtype_name(dtype), _shape(shape)
+    return _create(ctx, _shape(shape), dtype_name(dtype))
+
+
+def _create(ctx, shape, dtype, host=None):
+    """A new Array of a checked shape and dtype name; host: C-contiguous data of that size and
+    dtype, copied as the buffer is made (CL_MEM_COPY_HOST_PTR), so nothing waits for the work
+    already on the queue, as a write would."""
     dims = (ctypes.c_size_t * _lib.MAX_DIMS)(*shape)
     t = _lib.Tensor()
-    ctx.call(lib.clattn_tensor_create, DTYPES[dtype], len(shape), dims, None, ctypes.byref(t))
+    ctx.call(lib.clattn_tensor_create, DTYPES[dtype], len(shape), dims,
+             None if host is None else host.ctypes.data, ctypes.byref(t))
     return Array(ctx, t, owner=True)
 
 
@@ -310,6 +325,4 @@ def from_host(ctx, data, dtype=None):
         out = staged.astype(dtype)
         staged.release()
         return out
-    out = empty(ctx, host.shape if host.ndim else (1,), dtype)
-    out.write(host.reshape(out.shape))
-    return out
+    return _create(ctx, _shape(host.shape if host.ndim else (1,), "data"), dtype, host)

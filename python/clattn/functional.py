@@ -13,7 +13,7 @@ diagonal, None = unbounded).
 import ctypes
 
 from . import _lib
-from ._args import Call
+from ._args import Call, dropout_key, int_arg, out_dtype as _out_dtype
 from ._lib import lib
 from .array import Array
 
@@ -45,7 +45,7 @@ def masked_softmax(X, valid_lens=None, *, mask=None, causal=False, fill=None, al
     c = Call(ctx, X, valid_lens, mask, out)
     X = _shape(c, X, "X", 1)
     m = c.mask(valid_lens, mask, causal, fill, align, window)
-    out = c.output(out, "out", X.shape, out_dtype or X.dtype)
+    out = c.output(out, "out", X.shape, _out_dtype(out_dtype, X.dtype))
     c.call(lib.clattn_masked_softmax, _t(X), ctypes.byref(m), _t(out))
     return out
 
@@ -65,7 +65,7 @@ def dot_product_attention(queries, keys, values, valid_lens=None, *, mask=None, 
     K = _shape(c, keys, "keys", 2)
     V = _shape(c, values, "values", 2)
     m = c.mask(valid_lens, mask, causal, fill, align, window)
-    dtype = out_dtype or Q.dtype
+    dtype = _out_dtype(out_dtype, Q.dtype)
     extras = []
     if need_weights:
         extras.append(c.output(None, "weights", Q.shape[:-1] + K.shape[-2:-1], dtype))
@@ -122,7 +122,7 @@ def additive_attention(queries, keys, values, W_q, W_k, w_v, valid_lens=None, *,
     w = _lib.AdditiveWeights(c.tensor(W_q, "W_q"), c.tensor(W_k, "W_k"), c.tensor(w_v, "w_v"))
     m = c.mask(valid_lens, mask, causal, fill)
     o = c.opts(m, dropout_p, seed, offset)
-    dtype = out_dtype or q.dtype
+    dtype = _out_dtype(out_dtype, q.dtype)
     weights = c.output(None, "weights", q.shape[:2] + k.shape[1:2], dtype) if need_weights \
         else None
     out = c.output(out, "out", q.shape[:2] + v.shape[2:], dtype)
@@ -134,9 +134,10 @@ def additive_attention(queries, keys, values, W_q, W_k, w_v, valid_lens=None, *,
 def mha_weights(c, num_heads, W_q, W_k, W_v, W_o, b_q=None, b_k=None, b_v=None, b_o=None,
                 num_kv_heads=None):
     """The clattn_mha_weights of one call (W_o and b_o's shapes decide the output's)."""
-    w = _lib.MHAWeights(int(num_heads), *(c.tensor(a, n) for a, n in (
+    kv = 0 if num_kv_heads is None else int_arg(num_kv_heads, "num_kv_heads")
+    w = _lib.MHAWeights(int_arg(num_heads, "num_heads"), *(c.tensor(a, n) for a, n in (
         (W_q, "W_q"), (W_k, "W_k"), (W_v, "W_v"), (W_o, "W_o"), (b_q, "b_q"), (b_k, "b_k"),
-        (b_v, "b_v"), (b_o, "b_o"))), int(num_kv_heads or 0))
+        (b_v, "b_v"), (b_o, "b_o"))), kv)
     c.keep.append(w)
     return w
 
@@ -164,7 +165,7 @@ def multihead_attention(queries, keys, values, num_heads, W_q, W_k, W_v, W_o, b_
     m = c.mask(valid_lens, mask, causal, fill, align, window)
     saved = _mha_saved(c, q, k, w) if need_saved else None
     o = c.opts(m, dropout_p, seed, offset, None, None, bias, alibi_slopes, saved)
-    dtype = out_dtype or q.dtype
+    dtype = _out_dtype(out_dtype, q.dtype)
     weights = c.output(None, "weights", (q.shape[0], int(num_heads), q.shape[1], k.shape[1]),
                        dtype) if need_weights and num_heads > 0 else None
     out = c.output(out, "out", q.shape[:2] + W_o.shape[:1], dtype)
@@ -175,6 +176,8 @@ def multihead_attention(queries, keys, values, num_heads, W_q, W_k, W_v, W_o, b_
 
 def _mha_saved(c, q, k, w):
     n = lib.clattn_mha_saved_numel(_t(q), _t(k), ctypes.byref(w))
+    if n == 0 and w.num_heads <= 0:
+        raise ValueError(f"num_heads: expected a positive number of heads, got {w.num_heads}")
     if n == 0:
         raise ValueError("need_saved: the weights do not fit these inputs (num_heads, shapes)")
     return c.output(None, "saved", (n,), "float32")
@@ -280,7 +283,7 @@ def decode_attention(queries, k_cache, v_cache, lens, k_new=None, v_new=None, *,
     m = c.mask(None, None, causal, fill, "bottom_right", window)
     lse = c.output(None, "lse", Q.shape[:-1], "float32") if need_lse else None
     o = c.opts(m, 0.0, 0, 0, scale, lse, None, alibi_slopes)
-    out = c.output(out, "out", Q.shape[:-1] + v_cache.shape[-1:], out_dtype or Q.dtype)
+    out = c.output(out, "out", Q.shape[:-1] + v_cache.shape[-1:], _out_dtype(out_dtype, Q.dtype))
     c.call(lib.clattn_decode_attention, _t(Q), ctypes.byref(kv), ctypes.byref(o), _t(out))
     return _results(out, [lse] if need_lse else [])
 
@@ -297,7 +300,7 @@ def matmul(A, B, trans_a=False, trans_b=False, *, alpha=1.0, beta=0.0, out=None,
     lead = a.shape[:-2] if a.ndim >= b.ndim else b.shape[:-2]
     m = a.shape[-1] if trans_a else a.shape[-2]
     n = b.shape[-2] if trans_b else b.shape[-1]
-    out = c.output(out, "out", lead + (m, n), out_dtype or a.dtype)
+    out = c.output(out, "out", lead + (m, n), _out_dtype(out_dtype, a.dtype))
     c.call(lib.clattn_matmul, _t(a), int(bool(trans_a)), _t(b), int(bool(trans_b)),
            float(alpha), float(beta), _t(out))
     return out
@@ -308,7 +311,7 @@ def linear(x, W, b=None, *, out=None, out_dtype=None, ctx=None):
     c = Call(ctx, x, W, out)
     xa = _shape(c, x, "x", 1)
     Wa = _shape(c, W, "W", 2, 2)
-    out = c.output(out, "out", xa.shape[:-1] + Wa.shape[:1], out_dtype or xa.dtype)
+    out = c.output(out, "out", xa.shape[:-1] + Wa.shape[:1], _out_dtype(out_dtype, xa.dtype))
     c.call(lib.clattn_linear, _t(xa), _t(Wa), c.tensor(b, "b"), _t(out))
     return out
 
@@ -320,7 +323,7 @@ def dropout(x, p, *, seed=0, offset=0, training=True, out=None, ctx=None):
     xa = c.array(x, "x")
     if not 0.0 <= float(p) <= 1.0:
         raise ValueError(f"p: expected a probability in [0, 1], got {p}")
-    d = _lib.Dropout(float(p), int(bool(training)), int(seed), int(offset))
+    d = _lib.Dropout(float(p), int(bool(training)), *dropout_key(seed, offset))
     out = c.output(out, "out", xa.shape, xa.dtype)
     c.call(lib.clattn_dropout, _t(xa), ctypes.byref(d), _t(out))
     return out

@@ -6,6 +6,8 @@ import math
 import numpy as np
 
 from . import functional as F
+from ._args import Call, int_arg
+from .array import to_numpy
 from .context import default_context
 from .weights import additive_from_state_dict, host_weight, mha_from_state_dict
 
@@ -18,7 +20,7 @@ class Module:
         if not 0.0 <= float(dropout) <= 1.0:
             raise ValueError(f"dropout: expected a probability in [0, 1], got {dropout}")
         self.dropout = float(dropout)
-        self.seed = int(seed)
+        self.seed = int_arg(seed, "seed", 0, 2**64 - 1)
         self.need_weights = bool(need_weights)
         self.training = True
         self.attention_weights = None
@@ -53,9 +55,27 @@ class Module:
             raise RuntimeError("backward: call the module forward first")
         return self._backward(dout)
 
+    def _hold(self, queries, keys, values, valid_lens, kwargs):
+        """The forward's inputs as its backward will read them, whatever the caller does to its
+        host arrays in between: queries, keys and values as device Arrays (host data uploaded
+        once, for both passes), host lengths and keyword arrays (mask, bias, ...) copied. Device
+        Arrays are read as they are when backward runs."""
+        c = Call(self.ctx, queries, keys, values, valid_lens, *kwargs.values())
+        qkv = [c.array(x, n) for x, n in ((queries, "queries"), (keys, "keys"),
+                                          (values, "values"))]
+        kw = {k: _snapshot(v) for k, v in kwargs.items()}
+        return (*qkv, _snapshot(valid_lens), kw)
+
     def _upload(self, **weights):
         ctx = self.context()
         return {n: None if w is None else ctx.array(host_weight(w, n)) for n, w in weights.items()}
+
+
+def _snapshot(x):
+    """A copy of host array data (NumPy, PyTorch); anything else as it is."""
+    if isinstance(x, np.ndarray) or (hasattr(x, "detach") and hasattr(x, "numpy")):
+        return np.array(to_numpy(x), copy=True)
+    return x
 
 
 def _backward_kwargs(kwargs):
@@ -79,6 +99,8 @@ class DotProductAttention(Module):
         super().__init__(dropout, seed, need_weights, ctx)
 
     def forward(self, queries, keys, values, valid_lens=None, **kwargs):
+        queries, keys, values, valid_lens, kwargs = self._hold(queries, keys, values,
+                                                               valid_lens, kwargs)
         drop = self._dropout()
         res = F.dot_product_attention(queries, keys, values, valid_lens,
                                       need_weights=self.need_weights, need_lse=True,
@@ -102,7 +124,7 @@ class AdditiveAttention(Module):
     def __init__(self, num_hiddens, dropout=0.0, *, seed=0, init_seed=0, need_weights=True,
                  ctx=None):
         super().__init__(dropout, seed, need_weights, ctx)
-        self.num_hiddens = int(num_hiddens)
+        self.num_hiddens = int_arg(num_hiddens, "num_hiddens")
         self.init_seed = init_seed
         self.W_q = self.W_k = self.w_v = None
 
@@ -121,6 +143,8 @@ class AdditiveAttention(Module):
             h = self.num_hiddens
             self.load_weights(_lazy_linear(rng, h, np.shape(queries)[-1]),
                               _lazy_linear(rng, h, np.shape(keys)[-1]), _lazy_linear(rng, 1, h))
+        queries, keys, values, valid_lens, kwargs = self._hold(queries, keys, values,
+                                                               valid_lens, kwargs)
         drop = self._dropout()
         res = F.additive_attention(queries, keys, values, self.W_q, self.W_k, self.w_v,
                                    valid_lens, need_weights=self.need_weights, ctx=self.ctx,
@@ -145,7 +169,8 @@ class MultiHeadAttention(Module):
     def __init__(self, num_hiddens, num_heads, dropout=0.0, bias=False, *, num_kv_heads=None,
                  seed=0, init_seed=0, need_weights=True, ctx=None):
         super().__init__(dropout, seed, need_weights, ctx)
-        self.num_hiddens, self.num_heads = int(num_hiddens), int(num_heads)
+        self.num_hiddens = int_arg(num_hiddens, "num_hiddens")
+        self.num_heads = int_arg(num_heads, "num_heads")
         self.num_kv_heads = num_kv_heads
         self.bias = bool(bias)
         self.init_seed = init_seed
@@ -165,6 +190,9 @@ class MultiHeadAttention(Module):
         """A clattn module with the weights of d2l's MultiHeadAttention or of
         torch.nn.MultiheadAttention (inputs are then batch-first (B, T, E) whatever its
         batch_first says; its weights returned per head, as average_attn_weights=False)."""
+        if getattr(module, "add_zero_attn", False):
+            raise ValueError("module: add_zero_attn=True appends a zero key and value to every "
+                             "sequence; clattn has no such option")
         sd = module.state_dict()
         if hasattr(module, "in_proj_bias") or "in_proj_weight" in sd or "q_proj_weight" in sd:
             hidden, p = module.embed_dim, module.dropout
@@ -191,6 +219,8 @@ class MultiHeadAttention(Module):
     def forward(self, queries, keys, values, valid_lens=None, **kwargs):
         if self.weights is None:
             self._init(np.shape(queries)[-1], np.shape(keys)[-1], np.shape(values)[-1])
+        queries, keys, values, valid_lens, kwargs = self._hold(queries, keys, values,
+                                                               valid_lens, kwargs)
         drop = self._dropout()
         res = F.multihead_attention(queries, keys, values, self.num_heads, valid_lens=valid_lens,
                                     num_kv_heads=self.num_kv_heads,

@@ -69,6 +69,64 @@ def test_python_side_checks_name_the_argument(ctx):
         clattn.masked_softmax(f32(2, 3), ctx="cpu")
 
 
+def test_integers_in_range_or_an_error(ctx):
+    # ctypes would wrap these into int32 / uint64 fields (2**32 + 1 heads running as 1) or
+    # truncate a float; each is an error naming the argument, nothing enqueued.
+    x = f32(2, 3, 4)
+    with pytest.raises(ValueError, match="window: 4294967296 is outside"):
+        clattn.masked_softmax(x, window=(2**32, 2**32))
+    with pytest.raises(TypeError, match="window: expected an integer"):
+        clattn.masked_softmax(x, window=(1.7, 0))
+    mha = (f32(1, 2, 4), f32(1, 3, 4), f32(1, 3, 4))
+    with pytest.raises(ValueError, match="num_heads"):
+        clattn.multihead_attention(*mha, 2**32 + 1, f32(4, 4), f32(4, 4), f32(4, 4), f32(4, 4))
+    with pytest.raises(ValueError, match="num_kv_heads"):
+        clattn.multihead_attention(*mha, 2, f32(4, 4), f32(4, 4), f32(4, 4), f32(4, 4),
+                                   num_kv_heads=2**32 + 2)
+    with pytest.raises(ValueError, match="seed"):
+        clattn.dropout(x, 0.5, seed=2**64)
+    with pytest.raises(ValueError, match="offset"):
+        clattn.dot_product_attention(x, x, x, dropout_p=0.5, offset=-1)
+    with pytest.raises(ValueError, match="shape: a dim is too large"):
+        ctx.empty((2**64 + 3,))
+    with pytest.raises(ValueError, match="num_heads"):
+        clattn.MultiHeadAttention(8, 2**31)
+
+
+def test_messages_name_the_argument(ctx):
+    x = f32(2, 3, 4)
+    with pytest.raises(ValueError, match=r"X: an empty array \(shape \(2, 0, 4\)\)"):
+        clattn.masked_softmax(np.zeros((2, 0, 4), np.float32))
+    with pytest.raises(ValueError, match="data: clattn tensors have 1 to 4 dims"):
+        ctx.array(np.ones((1, 1, 1, 1, 2), np.float32))
+    with pytest.raises(TypeError, match="out_dtype"):
+        clattn.dot_product_attention(x, x, x, out_dtype=np.float64, need_weights=True)
+    with pytest.raises(TypeError, match="out_dtype: expected one of .* got int32"):
+        clattn.masked_softmax(x, out_dtype="int32")
+    gone = ctx.array(x)
+    gone.release()
+    with pytest.raises(ValueError, match="X: the array has been released"):
+        clattn.masked_softmax(gone)
+    with pytest.raises(ValueError, match="x: the array has been released"):
+        clattn.dropout(gone, 0.5)
+    with pytest.raises(TypeError, match="astype converts between float dtypes"):
+        ctx.array(x).astype("int32")
+    # a byte order other than the machine's would be a silent conversion
+    with pytest.raises(TypeError, match="queries: dtype >f4"):
+        clattn.dot_product_attention(x.astype(">f4"), x, x)
+    # num_heads 0 in training mode (need_saved) is num_heads' error, not need_saved's
+    with pytest.raises(ValueError, match="num_heads"):
+        clattn.MultiHeadAttention(8, 0)(f32(1, 2, 8), f32(1, 3, 8), f32(1, 3, 8))
+
+
+def test_wide_integer_mask_is_compared_with_zero(ctx, rng):
+    x = rng.standard_normal((2, 3, 5)).astype(np.float32)
+    keep = rng.random((2, 3, 5)) < 0.6
+    wide = np.where(keep, np.int64(2**32), np.int64(0))  # nonzero, but 0 modulo 2**32
+    got = clattn.masked_softmax(x, mask=wide).numpy()
+    assert np.array_equal(got, clattn.masked_softmax(x, mask=keep).numpy())
+
+
 def test_context_errors():
     with pytest.raises(clattn.DeviceNotFound, match="no-such-device-xyz"):
         clattn.Context("no-such-device-xyz")

@@ -5,6 +5,7 @@ import pytest
 
 import clattn
 import reference as ref
+from test_functional import OUT_TOL, W_ATOL, W_RTOL
 
 cl = pytest.importorskip("pyopencl")
 cla = pytest.importorskip("pyopencl.array")
@@ -61,3 +62,33 @@ def test_views_and_contexts_over_one_cl_context(ctx, shared, rng):
     b = c.array(data)
     got = clattn.masked_softmax(b, ctx=ctx).numpy()
     assert np.allclose(got, clattn.masked_softmax(data).numpy())
+
+
+def test_host_inputs_do_not_wait_for_the_queue(ctx, rng):
+    # An op given host data returns while earlier work is still queued: clattn's queue waits here
+    # on a user event that completes only after the op has returned. A blocking write of the
+    # data (the binding's upload before) waited for it, and so would anything else that blocks.
+    import threading
+    cl_ctx, queue = ctx.to_pyopencl()
+    gate = cl.UserEvent(cl_ctx)
+    cl.enqueue_barrier(queue, wait_for=[gate])
+    x = rng.standard_normal((2, 3, 5)).astype(np.float32)
+    q, k, v = (rng.standard_normal(s).astype(np.float32) for s in ((2, 3, 4), (2, 6, 4),
+                                                                    (2, 6, 3)))
+    got = {}
+
+    def ops():
+        got["softmax"] = clattn.masked_softmax(x, [2, 5], ctx=ctx)
+        got["attention"] = clattn.dot_product_attention(q, k, v, [6, 1], ctx=ctx)
+    t = threading.Thread(target=ops)
+    t.start()
+    t.join(60)
+    returned = not t.is_alive()
+    gate.set_status(cl.command_execution_status.COMPLETE)
+    t.join()
+    assert returned, "an op given host data waited for the queue's earlier work"
+    ref.assert_close(got["softmax"].numpy(), ref.masked_softmax(x, ref.blocked(x.shape, [2, 5])),
+                     W_RTOL, W_ATOL, "softmax queued behind the gate")
+    want, W, _ = ref.attention(q, k, v, ref.blocked((2, 3, 6), [6, 1]))
+    ref.assert_scaled(got["attention"].numpy(), want, ref.out_scale(W, v), OUT_TOL,
+                      "attention queued behind the gate")
