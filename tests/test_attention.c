@@ -274,7 +274,11 @@ static void test_masks_and_causal(void **s)
           {2, {2, 3}, 6, 19, 5, 7, {.mask_rank = 4, .mask_dims = {2, 1, 1, 19}}},
           {1, {2}, 6, 19, 5, 7, {.mask_rank = 3, .mask_dims = {2, 6, 19}, .fill = -1e9f}},
           {1, {2}, 70, 192, 16, 48, {H_LENS_1D, .causal = 1}},
-          {2, {2, 3}, 9, 128, 8, 16, {.mask_rank = 4, .mask_dims = {2, 3, 9, 128}}});
+          {2, {2, 3}, 9, 128, 8, 16, {.mask_rank = 4, .mask_dims = {2, 3, 9, 128}}},
+          /* masks broadcast over the keys (key stride 0): whole rows open or blocked */
+          {1, {2}, 6, 37, 5, 7, {.mask_rank = 3, .mask_dims = {2, 6, 1}}},
+          {2, {2, 3}, 9, 40, 8, 16, {.mask_rank = 4, .mask_dims = {1, 3, 9, 1},
+                                     .fill = -INFINITY}});
 }
 
 static void test_large_logits(void **s)

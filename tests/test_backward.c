@@ -676,6 +676,7 @@ static void test_attention_backward(void **s)
               {4, 2, 2, 1, 3, 7, 2, 3, {.lens = H_LENS_1D, .lens_on_device = 1, .fixed_lens = l2}},
               /* 0/1 masks, causal both ways, windows, a -inf fill */
               {4, 2, 2, 2, 4, 5, 3, 3, {.mask_rank = 4, .mask_dims = {2, 1, 4, 5}}},
+              {4, 2, 2, 2, 4, 37, 3, 3, {.mask_rank = 4, .mask_dims = {2, 1, 4, 1}}},
               {3, 2, 0, 0, 5, 5, 3, 4, {.causal = 1}},
               {3, 2, 0, 0, 3, 6, 3, 2, {.causal = 1, .align = 1}},
               {3, 2, 0, 0, 6, 8, 2, 3, {.window = 1, .window_left = 2, .window_right = 1}},
