@@ -684,6 +684,8 @@ static void test_attention_backward(void **s)
               /* float biases broadcast over heads and rows (dbias sums them), ALiBi */
               {4, 2, 2, 1, 3, 5, 3, 2, {.bias_rank = 2, .bias_dims = {3, 5}}},
               {4, 2, 3, 3, 3, 4, 2, 3, {.bias_rank = 4, .bias_dims = {1, 3, 1, 4}, .causal = 1}},
+              /* one bias per row (a shift the softmax ignores: dbias sums dS over the keys) */
+              {4, 2, 2, 2, 3, 9, 3, 2, {.bias_rank = 4, .bias_dims = {2, 1, 3, 1}}},
               {4, 2, 2, 2, 3, 4, 3, 2, {.alibi_rank = 1, .alibi_dims = {2}, .lens = H_LENS_1D}},
               /* dropout through the forward's Philox stream */
               {3, 2, 0, 0, 4, 6, 3, 3, {0}, 0, 0.3f},
