@@ -328,9 +328,11 @@ CLATTN_API clattn_status clattn_dot_product_attention(clattn_context *ctx, const
  * (..., Q, dv) and, unless NULL, lse (..., Q), as one op over all the keys would (split-key
  * decoding, keys split over devices). Exact but for float32 rounding: out = sum_i w_i outs[i]
  * with w_i = exp(lses[i] - lse), lse = log(sum_i exp(lses[i])). A partial whose LSE is -INFINITY
- * (every key blocked with fill -INFINITY; its output is NaN) weighs nothing; when every LSE is
- * -INFINITY, out is NaN and lse -INFINITY, as for such a row of one op; a NaN LSE makes the row
- * NaN. With a finite fill a fully blocked range's LSE is fill + log(n) rounded to float32 (a
+ * (a range without keys, whose decode or varlen output is 0, or with every key blocked with fill
+ * -INFINITY, whose output is NaN) weighs nothing; when every LSE is -INFINITY, lse is -INFINITY
+ * and out the sum of 0 x each partial: NaN where a partial is NaN (as one op gives for a row with
+ * every key so blocked), 0 where all are finite (as for a sequence without keys); a NaN LSE makes
+ * the row NaN. With a finite fill a fully blocked range's LSE is fill + log(n) rounded to float32 (a
  * 1/16 step at |fill| = 1e6), which bounds how exactly such ranges are weighed against each
  * other. With dropout the partials' masks index their own keys, so the merge equals one op over
  * all the keys in distribution only. */

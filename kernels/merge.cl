@@ -3,24 +3,28 @@
  * (clattn_attention_merge).
  *
  * Layout: a, b and o are (nrows, dv) float32, row-major, from element offsets a_off, b_off, o_off;
- * la, lb and lo are (nrows) log-sum-exps at la_off, lb_off, lo_off; sin and sout (nrows, 2) running
- * states at sin_off, sout_off. One work-item per row, its two weights computed once.
+ * la, lb and lo are (nrows) log-sum-exps at la_off, lb_off, lo_off; sin and sout are (nrows, 4):
+ * two running states (m, s) per row, the step's at column sin_col, sout_col (0 or 2), so that no
+ * offset grows with nrows (a state offset past 2^31 elements would overflow an int). One
+ * work-item per row, its two weights computed once.
  * - The running merge is a (the output so far) with its state (m, s) in sin: m the largest LSE so
  *   far, exactly one of the inputs, and s = sum_i exp(l_i - m), so that no rounded m + log(s) is
  *   ever fed back. sin NULL: a is one range, with m = la, s = 1 (0 when la is -inf: empty).
  * - b NULL: o = a, lo = la (one range). Else o and, from the items of column 0, sout and lo (each
  *   NULL when not wanted) are the merge of the running one with range b. o may be a itself (each
  *   element is read before it is written), sout never sin.
- * Numerics: the max-subtraction keeps every exponent <= 0. A range whose LSE is -inf (no open key
- * with fill -inf: its output is NaN) adds nothing, not 0 * NaN; when every range so far is empty
- * the output is NaN and the LSE -inf, as for such a row of one attention op; a NaN LSE makes the
- * row NaN (the comparisons below pass it on to m or to a weight). */
+ * Numerics: the max-subtraction keeps every exponent <= 0. A range whose LSE is -inf adds
+ * nothing, not 0 * NaN: either it has no keys (decode's and varlen's output 0) or every key was
+ * blocked with fill -inf (output NaN). When every range so far is empty the LSE is -inf and the
+ * output 0 x each range's: NaN where a range's keys were all blocked, as one op over them all
+ * gives, else 0, as for a sequence without keys; a NaN LSE makes the row NaN (the comparisons
+ * below pass it on to m or to a weight). */
 
 __kernel void attention_merge(__global const float *a, int a_off, __global const float *la,
-                              int la_off, __global const float *sin, int sin_off,
+                              int la_off, __global const float *sin, int sin_col,
                               __global const float *b, int b_off, __global const float *lb,
                               int lb_off, __global float *o, int o_off, __global float *sout,
-                              int sout_off, __global float *lo, int lo_off, int nrows, int dv)
+                              int sout_col, __global float *lo, int lo_off, int nrows, int dv)
 {
     int r = get_global_id(0);
     if (r >= nrows)
@@ -29,8 +33,8 @@ __kernel void attention_merge(__global const float *a, int a_off, __global const
     __global float *orow = o + o_off + (size_t)r * dv;
     float m, s;
     if (sin) {
-        m = sin[sin_off + 2 * r];
-        s = sin[sin_off + 2 * r + 1];
+        m = sin[4 * (size_t)r + sin_col];
+        s = sin[4 * (size_t)r + sin_col + 1];
     } else {
         m = la[la_off + r];
         s = m == -INFINITY ? 0.0f : 1.0f;
@@ -49,12 +53,13 @@ __kernel void attention_merge(__global const float *a, int a_off, __global const
         wb = y == -INFINITY ? 0.0f : exp(y - mn);
         sum = ca + wb;
     }
-    /* weights 0 of empty ranges drop their (NaN) outputs: select, not 0 * NaN; both empty: NaN */
+    /* weights 0 of empty ranges drop their (NaN) outputs: select, not 0 * NaN; both empty: 0 x
+     * both outputs (see the top) */
     float inv = 1.0f / sum, fa = ca * inv, fb = wb * inv;
     int use_a = s != 0.0f, use_b = y != -INFINITY;
     if (mn == -INFINITY) {
         for (int c = 0; c < dv; c++)
-            orow[c] = NAN;
+            orow[c] = 0.0f * ar[c] + 0.0f * br[c];
     } else if (use_a && use_b) {
         int c = 0;
         for (; c + 16 <= dv; c += 16)
@@ -66,8 +71,8 @@ __kernel void attention_merge(__global const float *a, int a_off, __global const
             orow[c] = use_a ? fa * ar[c] : fb * br[c];
     }
     if (sout) {
-        sout[sout_off + 2 * r] = mn;
-        sout[sout_off + 2 * r + 1] = sum;
+        sout[4 * (size_t)r + sout_col] = mn;
+        sout[4 * (size_t)r + sout_col + 1] = sum;
     }
     if (lo)
         lo[lo_off + r] = mn + log(sum); /* -inf + log(0) = -inf when both are empty */

@@ -59,11 +59,12 @@ fail:
 
 /* One step of the running merge (kernels/merge.cl): a with its state sin (NULL: a is one range
  * with LSE la) and range b (NULL: a alone) into out, the state sout and the LSE lo (each NULL when
- * not wanted). States are (rows, 2) at element offsets of tmp. */
+ * not wanted). States are two per row in tmp (rows, 4), a step's at column sin_col / sout_col. */
 typedef struct {
     const clattn_tensor *a, *la, *b, *lb;
     cl_mem sin, sout, lo;
-    size_t sin_off, sout_off, lo_off;
+    int sin_col, sout_col;
+    size_t lo_off;
 } merge_step;
 
 static clattn_status enqueue_step(clattn_context *ctx, cl_kernel k, const merge_step *p,
@@ -73,15 +74,15 @@ static clattn_status enqueue_step(clattn_context *ctx, cl_kernel k, const merge_
     int dv = (int)out->dims[out->ndim - 1];
     int a_off = (int)p->a->offset, la_off = p->la ? (int)p->la->offset : 0;
     int b_off = p->b ? (int)p->b->offset : 0, lb_off = p->b ? (int)p->lb->offset : 0;
-    int o_off = (int)out->offset, sin_off = (int)p->sin_off, sout_off = (int)p->sout_off;
+    int o_off = (int)out->offset;
     int lo_off = (int)p->lo_off;
     cl_mem la = p->la ? p->la->buf : NULL, b = p->b ? p->b->buf : NULL;
     cl_mem lb = p->b ? p->lb->buf : NULL;
     int rows = (int)(clattn_tensor_numel(out) / (size_t)dv);
     CHECK_ST(clattn__set_args(ctx, k, "attention_merge", ARG(p->a->buf), ARG(a_off), ARG(la),
-                              ARG(la_off), ARG(p->sin), ARG(sin_off), ARG(b), ARG(b_off), ARG(lb),
+                              ARG(la_off), ARG(p->sin), ARG(p->sin_col), ARG(b), ARG(b_off), ARG(lb),
                               ARG(lb_off), ARG(out->buf), ARG(o_off), ARG(p->sout),
-                              ARG(sout_off), ARG(p->lo), ARG(lo_off), ARG(rows), ARG(dv),
+                              ARG(p->sout_col), ARG(p->lo), ARG(lo_off), ARG(rows), ARG(dv),
                               ARGS_END));
     size_t gws = (size_t)rows;
     CHECK_ST(clattn__launch(ctx, k, 1, &gws, NULL, "attention_merge"));
@@ -111,13 +112,13 @@ clattn_status clattn_attention_merge(clattn_context *ctx, int n, const clattn_te
         p.b = i < n ? &outs[i] : NULL;
         p.lb = i < n ? &lses[i] : NULL;
         p.sout = last ? NULL : tmp;
-        p.sout_off = (size_t)(i % 2) * 2 * rows;
+        p.sout_col = (i % 2) * 2;
         p.lo = last && lse ? lse->buf : NULL;
         p.lo_off = last && lse ? lse->offset : 0;
         CHECK_ST(enqueue_step(ctx, k, &p, out));
         p.a = out; /* the next step merges into the running output */
         p.sin = tmp;
-        p.sin_off = p.sout_off;
+        p.sin_col = p.sout_col;
     }
 fail:
     return st;
