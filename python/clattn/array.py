@@ -294,6 +294,21 @@ def to_numpy(data):
     return np.asarray(data)
 
 
+def _float32_round_to_odd(arr):
+    """arr (float64, integers, ...) as float32 rounded to odd: toward zero, then the last bit set
+    where that was inexact. With its 13 bits more than float16 (16 more than bfloat16), a later
+    round to nearest even of it gives the nearest even of arr itself, where rounding arr to
+    nearest float32 first could round twice (1 + 2^-11 + 2^-30 to float16 1.0, not 1 + 2^-10)."""
+    x = np.asarray(arr, np.float64)
+    with np.errstate(over="ignore", invalid="ignore"):
+        f = x.astype(np.float32)
+        wide = f.astype(np.float64)
+        inexact = np.isfinite(x) & (wide != x)
+        f = np.where(inexact & (np.abs(wide) > np.abs(x)), np.nextafter(f, np.float32(0)), f)
+    bits = f.astype(np.float32).view(np.uint32)
+    return np.ascontiguousarray(np.where(inexact, bits | np.uint32(1), bits).view(np.float32))
+
+
 def from_host(ctx, data, dtype=None):
     """Context.array: an Array holding a copy of data (see there)."""
     if isinstance(data, Array):
@@ -319,9 +334,12 @@ def from_host(ctx, data, dtype=None):
     elif dtype == src or (dtype == "float32" and src is None):
         host = np.ascontiguousarray(arr, _NUMPY.get(dtype, arr.dtype))
     else:
-        # Float data to another float dtype: float32 on the host, then clattn_convert, so the
-        # rounding is the library's own.
-        staged = from_host(ctx, np.ascontiguousarray(arr, np.float32), "float32")
+        # Other data to a 16-bit dtype: float32 on the host, then clattn_convert, so the rounding
+        # is the library's own; wider data goes to float32 rounded to odd, so that the 16-bit
+        # rounding is still the only one.
+        narrow = arr.dtype.kind == "f" and arr.dtype.itemsize <= 4
+        staged = from_host(ctx, np.ascontiguousarray(arr, np.float32) if narrow
+                           else _float32_round_to_odd(arr), "float32")
         out = staged.astype(dtype)
         staged.release()
         return out

@@ -51,6 +51,53 @@ def test_bfloat16_conversion(ctx):
     assert np.signbit(got[1]) and got[1] == 0
 
 
+def bf16_bits_exact(x):
+    """float64 -> bfloat16 bits rounded once, to nearest even, from the exact value (Fraction)."""
+    from fractions import Fraction
+    out = []
+    for v in np.asarray(x, np.float64).ravel().tolist():
+        if math.isnan(v) or math.isinf(v):
+            out.append(int(bf16_bits(np.float32(v))))
+            continue
+        f, sign = Fraction(abs(v)), 0x8000 if math.copysign(1, v) < 0 else 0
+        e = max(math.frexp(abs(v))[1] - 1, -126) if v else -126  # the binade's exponent
+        q = f / Fraction(2) ** (e - 7)  # in units of the last of bfloat16's 8 bits
+        n = math.floor(q)
+        n += 1 if q - n > Fraction(1, 2) or (q - n == Fraction(1, 2) and n % 2) else 0
+        mag = Fraction(n) * Fraction(2) ** (e - 7)
+        if mag >= Fraction(2) ** 128:
+            out.append(sign | 0x7F80)
+        else:
+            out.append(sign | int(bf16_bits(np.float32(float(mag)))))
+    return np.array(out, np.uint16)
+
+
+def test_wide_data_rounds_once(ctx, rng):
+    # float64 data just past a 16-bit tie (or under the overflow bound) rounds up (down) from its
+    # own value: float32 first would round it onto the tie, then to even.
+    ties = [1 + 2.0 ** -11, 2049.0, 65520.0, 2.0 ** -25, 1 + 2.0 ** -8, 3.3961e38,
+            1 + 3 * 2.0 ** -9, 2.0 ** -134, 2.0 ** -127 * 1.5]
+    data = np.array([t * (1 + s * 2.0 ** -40) for t in ties for s in (-1, 0, 1)] +
+                    list(rng.standard_normal(200) * 10.0 ** rng.uniform(-40, 38, 200)),
+                    np.float64)
+    data = np.concatenate([data, -data, [0.0, -0.0, np.inf, np.nan, 1e300, 2 ** 30 + 1.0]])
+    with np.errstate(over="ignore"):
+        want16 = data.astype(np.float16).view(np.uint16)
+    got16 = ctx.array(data, "float16").numpy().view(np.uint16)
+    nan = np.isnan(data)
+    assert np.array_equal(got16[~nan], want16[~nan]), data[~nan][got16[~nan] != want16[~nan]]
+    gotb = np.asarray(ctx.array(data, "bfloat16").numpy(), np.float32)
+    gotb = (gotb.view(np.uint32) >> 16).astype(np.uint16)
+    wantb = bf16_bits_exact(data)
+    assert np.array_equal(gotb[~nan], wantb[~nan]), data[~nan][gotb[~nan] != wantb[~nan]]
+    assert np.isnan(ctx.array(data[nan], "float16").numpy()).all()
+    # integers past float32's 24 bits: 2^24 + 2^16 + 1 is just above a bfloat16 tie, which
+    # float32 would round it onto
+    ints = np.array([2 ** 24 + 2 ** 16 + 1, -(2 ** 24 + 2 ** 16 + 1), 2 ** 24 + 2 ** 16], np.int64)
+    got = np.asarray(ctx.array(ints, "bfloat16").numpy(), np.float64)
+    assert np.array_equal(got, [2 ** 24 + 2 ** 17, -(2 ** 24 + 2 ** 17), 2 ** 24]), got
+
+
 def test_astype_fill_full(ctx):
     a = ctx.full((2, 3), 1.0 / 3.0, "float16")
     assert np.array_equal(a.numpy(), np.full((2, 3), 1 / 3, np.float16))
