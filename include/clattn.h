@@ -206,7 +206,8 @@ CLATTN_API size_t clattn_tensor_numel(const clattn_tensor *t);
 /* Bytes per element: 4, or 2 for the 16-bit dtypes; 0 for an unknown one. */
 CLATTN_API size_t clattn_dtype_size(clattn_dtype dtype);
 /* Host conversions, as the device's (clattn_convert): round to nearest even; overflow gives
- * infinity; subnormals both ways; NaN stays NaN (its payload's top bits kept, quieted). */
+ * infinity; subnormals both ways; NaN stays NaN (its payload's top bits kept, quieted, except
+ * from bfloat16 to float32, which keeps every bit: bfloat16 is float32's top half). */
 CLATTN_API unsigned short clattn_float_to_half(float x);
 CLATTN_API float clattn_half_to_float(unsigned short h);
 CLATTN_API unsigned short clattn_float_to_bfloat16(float x);
