@@ -114,19 +114,44 @@ __kernel void flash_bwd_pack(__global const float *K, int4 kl, __global const fl
     kbad[kbad_off + (size_t)kb * nblk * KB + k] = bad;
 }
 
-/* Per query row: D = dout . out (rows[d_off + bb nq + q]) and flags (an int at rows[bad_off +
- * bb nq + q]): ROW_NONFINITE when the row of Q or of dout holds a NaN or an infinity, ROW_BLOCKED
- * when the mask blocks every key of the row. Such a row's weights are uniform (finite fill) and
- * its lse is fill + log(nk) rounded at the fill's magnitude (0.06 at d2l's -1e6), too coarse to
- * recompute them from: flash_bwd_cpu gives them 1 / nk, as the softmax does. One work-item per
- * row. */
+/* A row's LSE this large is too coarse to recompute its probabilities from: its float32 rounding,
+ * up to 2^-17 of it, is their relative error (a row whose every score a bias pushes to -1e9 has
+ * lse = -1e9 exactly, and exp(s - lse) = 1 for each of its K keys instead of 1 / K). */
+#define COARSE_LSE 256.0f
+
+/* The score of key k of a row (qr) as bwd_probs computes it: tile_panel's sum order, the scale,
+ * the bias row's (brow, key stride bsk), ALiBi's at distance dist from the diagonal (alibi), or
+ * the fill when the key is blocked (open 0). */
+static inline float bwd_score(__global const float *qr, __global const float *kr, int d,
+                              float scale, __global const float *brow, int bsk, int k, int alibi,
+                              float slope, int dist, int open, float fill)
+{
+    float t = 0.0f;
+    for (int e = 0; e < d; e++)
+        t = fma(qr[e], kr[e], t);
+    float s = t * scale;
+    if (brow)
+        s += brow[bsk * k];
+    if (alibi)
+        s += CLATTN_ALIBI(slope, (float)(dist));
+    return open ? s : fill;
+}
+
+/* Per query row: D = dout . out (rows[d_off + bb nq + q]), flags (an int at rows[bad_off +
+ * bb nq + q]) and what its probabilities are recomputed from, P = exp((S - off) - ext) (rows at
+ * off_off and ext_off): off = lse and ext = 0, or, where lse is too coarse (COARSE_LSE), the
+ * row's own maximum score and the log of its sum, from one pass over its keys. Flags:
+ * ROW_NONFINITE when the row of Q or of dout holds a NaN or an infinity, ROW_BLOCKED when the
+ * mask blocks every key of the row. Such a row's weights are uniform (finite fill) and its lse
+ * is fill + log(nk) rounded at the fill's magnitude (0.06 at d2l's -1e6): flash_bwd_cpu gives
+ * them 1 / nk, as the softmax does. One work-item per row. */
 #define ROW_NONFINITE 1
 #define ROW_BLOCKED 2
 __kernel void flash_bwd_rows(__global const float *Q, int4 ql, __global const float *dO, int4 dol,
-                             __global const float *O, int4 ol, int D1, int nq, int nk, int d,
-                             int dv, __global float *rows, int d_off, int bad_off,
-                             __global const int *lens, int lens_off, int lens_mode,
-                             __global const int *mask, int mask_off, int4 ms, int4 win)
+                             __global const float *O, int4 ol, __global const float *K, int4 kl,
+                             __global const float *lse, int lse_off, int nq, int nk, int d, int dv,
+                             __global float *rows, int d_off, int bad_off, int off_off,
+                             int ext_off, float scale, FLASH_MASK_PARAMS, FLASH_DROP_PARAMS)
 {
     int q = get_global_id(0), bb = get_global_id(1), d0 = bb / D1, d1 = bb % D1;
     int limit = clattn_row_limit(d0, q, nk, lens, lens_off, lens_mode, nq, win);
@@ -148,6 +173,26 @@ __kernel void flash_bwd_rows(__global const float *Q, int4 ql, __global const fl
     size_t i = (size_t)bb * nq + q;
     rows[d_off + i] = s;
     ((__global int *)rows)[bad_off + i] = (bad ? ROW_NONFINITE : 0) | (open ? 0 : ROW_BLOCKED);
+    float lz = lse[lse_off + i], m = lz, l = 1.0f;
+    if (isfinite(lz) && fabs(lz) >= COARSE_LSE && open) {
+        int kb = d0 * (D1 / G) + d1 / G, diag = q + nk - nq;
+        __global const float *brow = clattn_bias_row(bias, bias_off, bs, d0, d1, q);
+        float slope = clattn_slope(slopes, slopes_off, ss, d0, d1);
+        m = -INFINITY;
+        l = 0.0f;
+        for (int pass = 0; pass < 2; pass++) /* the maximum, then the sum */
+            for (int k = 0; k < nk; k++) {
+                float s = bwd_score(qr, K + bwd_at(kl, D1 / G, kb, k), d, scale, brow, bs.w, k,
+                                    slopes != 0, slope, diag - k,
+                                    clattn_open(k, lo, limit, mrow, ms.w), fill);
+                if (pass == 0)
+                    m = fmax(m, s);
+                else
+                    l += clattn_exp_neg(s - m);
+            }
+    }
+    rows[off_off + i] = m;
+    rows[ext_off + i] = log(l); /* 0 for l = 1 */
 }
 
 /* dQ row (bb, q) = the sum over chunks c of part[c][bb][q] ((nchunk, nb, nq, d) contiguous), in
@@ -208,7 +253,7 @@ TILE_INLINE void bwd_rows(float16 x[QR][NVC], __global const float *rp[QR], int 
  * last, with weight 0): each row's open keys [lo, limit), log-sum-exp, D and flags. */
 typedef struct {
     int row[QR], limit[QR], lo[QR], flags[QR], nr;
-    float lse[QR], dsum[QR];
+    float lse[QR], dsum[QR], off[QR], ext[QR]; /* P = exp((S - off) - ext): flash_bwd_rows */
 } bwd_tile;
 
 /* Fills t. Returns 1 when the tile adds exactly 0 for the block of keys [kbase, kbase + kn) and
@@ -216,6 +261,7 @@ typedef struct {
 TILE_INLINE int bwd_tile_init(bwd_tile *t, int bb, int i0, int nq, int nk, int d0, int kbase,
                               int kn, int kfinite, float negligible, __global const float *lse,
                               __global const float *rows, __global const int *bad_rows,
+                              __global const float *offs, __global const float *exts,
                               __global const int *lens, int lens_off, int lens_mode, int4 win)
 {
     int skip = kfinite;
@@ -228,6 +274,8 @@ TILE_INLINE int bwd_tile_init(bwd_tile *t, int bb, int i0, int nq, int nk, int d
         t->limit[r] = clattn_row_limit(d0, q, nk, lens, lens_off, lens_mode, nq, win);
         t->lo[r] = clattn_row_lo(q, nk, win);
         t->lse[r] = lse[i];
+        t->off[r] = offs[i];
+        t->ext[r] = exts[i];
         t->dsum[r] = rows[i];
         t->flags[r] = bad_rows[i];
         skip &= !(t->flags[r] & ROW_NONFINITE) &&
@@ -257,7 +305,8 @@ TILE_INLINE void bwd_probs(float16 p[QR][NKV], const bwd_tile *t, int kbase, int
                 s += CLATTN_ALIBI(slope, convert_float16((int16)(t->row[r] + nk - nq - kidx) -
                                                          LANES16));
             s = mask16(s, kidx, nk, t->lo[r], t->limit[r], mrow, ms.w, fill);
-            s = exp2_neg16((s - (float16)(t->lse[r])) * (float16)(M_LOG2E_F));
+            s = exp2_neg16(((s - (float16)(t->off[r])) - (float16)(t->ext[r])) *
+                           (float16)(M_LOG2E_F));
             if ((t->flags[r] & ROW_BLOCKED) && fill != -INFINITY) /* see flash_bwd_rows */
                 s = select((float16)(0.0f), (float16)(1.0f / nk),
                            (int16)(kidx) + LANES16 < (int16)(nk));
@@ -339,7 +388,7 @@ __kernel __attribute__((vec_type_hint(float16)))
 void flash_bwd_cpu(__global const float *Q, int4 ql, __global const float *pk,
                    __global const int *kbad, int kbad_off, __global const float *dO, int4 dol,
                    __global const float *lse, int lse_off, __global const float *rows, int d_off,
-                   int bad_off, __global float *acc, int acc_off, __global float *dQ, int4 dql,
+                   int bad_off, int off_off, int ext_off, __global float *acc, int acc_off, __global float *dQ, int4 dql,
                    int dq_cs, __global float *dK, int4 dkl, __global float *dV, int4 dvl, int want,
                    int nq, int nk, int d, int dv, int dp, int dvp, int nblk, int nchunk,
                    float scale, FLASH_MASK_PARAMS, FLASH_DROP_PARAMS)
@@ -374,8 +423,8 @@ void flash_bwd_cpu(__global const float *Q, int4 ql, __global const float *pk,
             for (int i0 = 0; i0 < nq; i0 += QR) {
                 bwd_tile t;
                 if (bwd_tile_init(&t, bb, i0, nq, nk, d0, kbase, kn, kfinite, negligible,
-                                  lse + lse_off, rows + d_off, bad_rows, lens, lens_off,
-                                  lens_mode, win))
+                                  lse + lse_off, rows + d_off, bad_rows, rows + off_off,
+                                  rows + ext_off, lens, lens_off, lens_mode, win))
                     continue;
                 __global const float *qr[QR], *gr[QR];
                 #pragma unroll

@@ -437,6 +437,8 @@ void h_mask_make(h_mask *hm, const h_mask_spec *c, int rank, const size_t *sdims
         for (size_t i = 0; i < bn; i++) {
             if (c->bias_ninf > 0 && i % (size_t)c->bias_ninf == 1)
                 bf[i] = -INFINITY;
+            if (c->bias_row_fill != 0 && i / c->bias_dims[c->bias_rank - 1] % 3 == 0)
+                bf[i] = c->bias_row_fill;
             hm->bias[i] = bf[i];
         }
         for (int i = c->bias_rank - 1; i >= 0; i--) {

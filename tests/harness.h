@@ -94,6 +94,8 @@ typedef struct {
     size_t bias_dims[4];
     double bias_mag;       /* uniform in [-bias_mag, bias_mag]; 0 means 2 */
     int bias_ninf;         /* > 0: every bias_ninf-th entry is -inf (SDPA's float masks) */
+    float bias_row_fill;   /* nonzero: every third row of the bias (its last dim) holds this in
+                              every entry, as an SDPA float mask's padded query rows */
     int alibi_rank;        /* 0: no ALiBi; else slopes of alibi_dims (opts.alibi_slopes) */
     size_t alibi_dims[2];
     double alibi_mag;      /* slopes uniform in [0, alibi_mag]; 0 means Press et al.'s 2^(-8 h / H)

@@ -3,6 +3,7 @@
  * and against the analytic double reference on every shape; bad input. */
 #include "harness.h"
 #include "ref.h"
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -836,9 +837,20 @@ static void test_backward_nonfinite(void **s)
         /* large logits and -inf in a float bias */
         {2, 70, 70, 8, {.causal = 1}, 0, 0, 0, 300},
         {2, 33, 80, 8, {.bias_rank = 2, .bias_dims = {33, 80}, .bias_ninf = 3}, 0, 0, 0},
+        /* rows a bias pushes down whole (padded queries): an LSE of -1e9 is -1e9 exactly, too
+         * coarse to recompute 1 / K from; at -1e6 it is off by up to 0.03 */
+        {2, 33, 80, 8, {.bias_rank = 2, .bias_dims = {33, 80}, .bias_row_fill = -1e9f}, 0, 0, 0},
+        {2, 7, 70, 8, {.bias_rank = 3, .bias_dims = {2, 7, 70}, .bias_row_fill = -1e6f,
+                       .causal = 1, .align = 1}, 0, 0, 0, 0, 1},
+        {4, 9, 20, 8, {.bias_rank = 2, .bias_dims = {9, 20}, .bias_row_fill = -FLT_MAX,
+                       .alibi_rank = 1, .alibi_dims = {4}}, 0, 0, 0, 0, 2},
+        /* rows a bias shifts up by 1e4 (which the softmax ignores): the LSE's rounding, up to
+         * 5e-4, would be the weights' error */
+        {2, 30, 40, 8, {.bias_rank = 2, .bias_dims = {30, 40}, .bias_row_fill = 1e4f}, 0, 0, 0},
     };
-    /* under Oclgrind (CLATTN_TEST_SMALL) one case of each kind: Q, K, V, dout, blocked rows */
-    static const int small[] = {0, 2, 4, 6, 12, 16};
+    /* under Oclgrind (CLATTN_TEST_SMALL) one case of each kind: Q, K, V, dout, blocked rows,
+     * coarse LSEs */
+    static const int small[] = {0, 2, 4, 6, 12, 16, 20};
     size_t n = h_small() ? sizeof small / sizeof small[0] : sizeof cs / sizeof cs[0];
     for (size_t i = 0; i < n; i++)
         run_nf(&cs[h_small() ? (size_t)small[i] : i]);

@@ -38,21 +38,23 @@ clattn_status clattn__enqueue_flash_backward(clattn_context *ctx, const clattn_t
     int nblk = (int)clattn__div_up((size_t)a.nk, (size_t)KB);
     int nchunk = chunks(ctx, tune, a.nbkv, nblk);
     cl_int want = (o->dQ.buf ? 1 : 0) | (o->dK.buf ? 2 : 0) | (o->dV.buf ? 4 : 0);
-    /* scratch: the packed K and V panels and K rows, K's row flags, D and the row flags, the
-     * items' dK and dV block accumulators, the partial dQ */
+    /* scratch: the packed K and V panels and K rows, K's row flags, per row D, the flags and
+     * what its probabilities are recomputed from, the items' dK and dV block accumulators, the
+     * partial dQ */
     size_t npk = a.nbkv * (size_t)nblk * KB * (size_t)(d + dv + dp);
     size_t nkb = a.nbkv * (size_t)nblk * KB, nrows = (size_t)nb * a.nq;
     size_t nacc = (size_t)nchunk * a.nbkv * (size_t)(dp + dvp) * KB;
     size_t npart = nchunk > 1 && (want & 1) ? nchunk * nrows * d : 0;
-    size_t total = npk + nkb + 2 * nrows + 16 + nacc + npart;
+    size_t total = npk + nkb + 4 * nrows + 16 + nacc + npart;
     CHECK(ctx, total <= (size_t)INT32_MAX, CLATTN_ERROR_UNSUPPORTED,
           "attention backward: %zu elements of packed K and V and row sums exceed 32-bit "
           "indexing", total);
     CHECK_ST(clattn__scratch(ctx, CLATTN_SCRATCH_ATTN, total * 4, &buf));
     int kb_off = (int)npk, d_off = (int)(npk + nkb), bad_off = d_off + (int)nrows;
+    int off_off = bad_off + (int)nrows, ext_off = off_off + (int)nrows;
     /* the accumulators on 64 bytes (a buffer's base is on CL_DEVICE_MEM_BASE_ADDR_ALIGN, at
      * least 128 bytes): the kernel reads and writes them as float16 */
-    int acc_off = (int)clattn__round_up((size_t)bad_off + nrows, 16);
+    int acc_off = (int)clattn__round_up((size_t)ext_off + nrows, 16);
     int part_off = acc_off + (int)nacc;
     CHECK_ST(clattn__get_kernel(ctx, "flash_backward.cl", tune->defines, "flash_bwd_pack", &kp));
     CHECK_ST(clattn__get_kernel(ctx, "flash_backward.cl", tune->defines, "flash_bwd_rows", &kr));
@@ -64,10 +66,10 @@ clattn_status clattn__enqueue_flash_backward(clattn_context *ctx, const clattn_t
     CHECK_ST(clattn__launch(ctx, kp, 2, pg, NULL, "flash_bwd_pack"));
     CHECK_ST(clattn__set_args(ctx, kr, "flash_bwd_rows", ARG(o->Q.buf), ARG(o->Q.l),
                               ARG(o->dout.buf), ARG(o->dout.l), ARG(o->out.buf), ARG(o->out.l),
-                              ARG(m->D1), ARG(a.nq), ARG(a.nk), ARG(d), ARG(dv), ARG(buf),
-                              ARG(d_off), ARG(bad_off), ARG(m->lens), ARG(m->lens_off),
-                              ARG(m->lens_mode), ARG(m->mask), ARG(m->mask_off), ARG(m->ms),
-                              ARG(m->win), ARGS_END));
+                              ARG(o->K.buf), ARG(o->K.l), ARG(o->lse.buf), ARG(o->lse.off),
+                              ARG(a.nq), ARG(a.nk), ARG(d), ARG(dv), ARG(buf), ARG(d_off),
+                              ARG(bad_off), ARG(off_off), ARG(ext_off), ARG(a.scale), ARGS_END));
+    CHECK_ST(clattn__flash_set_tail(ctx, kr, 20, m, &a));
     CHECK_ST(clattn__launch(ctx, kr, 2, rg, NULL, "flash_bwd_rows"));
     /* one chunk writes dQ itself; several write (nchunk, nb, nq, d) partials */
     clattn_flash_operand dq = o->dQ;
@@ -83,11 +85,12 @@ clattn_status clattn__enqueue_flash_backward(clattn_context *ctx, const clattn_t
     CHECK_ST(clattn__set_args(ctx, kf, "flash_bwd_cpu", ARG(o->Q.buf), ARG(o->Q.l), ARG(buf),
                               ARG(buf), ARG(kb_off), ARG(o->dout.buf), ARG(o->dout.l),
                               ARG(o->lse.buf), ARG(o->lse.off), ARG(buf), ARG(d_off),
-                              ARG(bad_off), ARG(buf), ARG(acc_off), ARG(dqb), ARG(dq.l),
+                              ARG(bad_off), ARG(off_off), ARG(ext_off), ARG(buf), ARG(acc_off),
+                              ARG(dqb), ARG(dq.l),
                               ARG(dq_cs), ARG(dkb), ARG(o->dK.l), ARG(dvb), ARG(o->dV.l),
                               ARG(want), ARG(a.nq), ARG(a.nk), ARG(d), ARG(dv), ARG(dp), ARG(dvp),
                               ARG(nblk), ARG(nchunk), ARG(a.scale), ARGS_END));
-    CHECK_ST(clattn__flash_set_tail(ctx, kf, 31, m, &a));
+    CHECK_ST(clattn__flash_set_tail(ctx, kf, 33, m, &a));
     /* one item per group: each (chunk, K/V batch) runs on its own core */
     size_t gws[2] = {(size_t)nchunk, a.nbkv}, lws[2] = {1, 1};
     CHECK_ST(clattn__launch(ctx, kf, 2, gws, lws, "flash_bwd_cpu"));
