@@ -6,13 +6,16 @@
  * float32 (scratch); loss and dloss (B) float32; dx (B, T, V) float32 at dx_off (may be x: each
  * row is read before it is written).
  * Position r weighs w = 1 when t < lens[b], else 0, and its cross-entropy is ce = lse - x[label]
- * with lse = m + log(sum_v exp(x_v - m)), m the row's maximum (0 in its place when every logit
- * is -inf, so the sum is 0 and lse -inf, as PyTorch's log_softmax gives NaN for such a row: ce =
- * -inf - -inf); a label of IGNORE (PyTorch's ignore_index -100) gives ce = 0 without reading the
+ * with lse = m + ls, ls = log(sum_v exp(x_v - m)), m the row's maximum (0 in its place when every
+ * logit is -inf, so the sum is 0 and lse -inf, as PyTorch's log_softmax gives NaN for such a row:
+ * ce = -inf - -inf), computed as (m - x[label]) + ls: m + ls rounds at |m|'s ulp (0.06 for
+ * logits near 1e6), which would be ce's error; a label of IGNORE (PyTorch's ignore_index -100) gives ce = 0 without reading the
  * row's label; any other label outside [0, V) gives NaN. loss[b] = sum_t w ce / T, the positions
  * in order; w multiplies ce, so 0 * NaN stays NaN as in d2l's code.
- * Gradient: dx_v = c (exp(x_v - lse) - [v == label]), c = dloss[b] w / T, 0 at an ignored label
- * (NaN at a bad one).
+ * Gradient: dx_v = c (exp((x_v - m) - ls) - [v == label]), c = dloss[b] w / T, 0 at an ignored
+ * label (NaN at a bad one); with the forward's lse given, (m, ls) = (lse, 0) unless |lse| >=
+ * COARSE_LSE, where its rounding (up to 2^-17 of it) would be the probabilities' error and the
+ * row is read for its own m and ls.
  * Variants (softmax's tuning): *_rows (CPU shape: one work-item per row, VW-wide vectors, two
  * passes for the log-sum-exp while the row stays in L2) and *_wg (GPU shape: a work-group of WG
  * items per row, strided coalesced loads, tree reductions in local memory). */
@@ -31,6 +34,7 @@
 #error "WG must be a power of two"
 #endif
 #define IGNORE (-100)
+#define COARSE_LSE 256.0f
 
 #if VW == 16
 #define floatV float16
@@ -78,16 +82,16 @@ static inline float pos_weight(__global const int *lens, int lens_off, int r, in
     return !lens || r % T < clamp(lens[lens_off + r / T], 0, T) ? 1.0f : 0.0f;
 }
 
-/* ce from the row's lse and its label (see the top of the file). */
-static inline float pos_ce(__global const float *xr, int label, int V, float lse)
+/* ce from the row's (m, ls) and its label (see the top of the file). */
+static inline float pos_ce(__global const float *xr, int label, int V, float2 ml)
 {
     if (label == IGNORE)
         return 0.0f;
-    return label >= 0 && label < V ? lse - xr[label] : NAN;
+    return label >= 0 && label < V ? (ml.x - xr[label]) + ml.y : NAN;
 }
 
-/* lse of one row: its maximum in one pass, the sum of exponentials in a second. */
-static inline float row_lse(__global const float *xr, int V)
+/* (m, ls) of one row: its maximum in one pass, the log of its sum of exponentials in a second. */
+static inline float2 row_ml(__global const float *xr, int V)
 {
     int vv = V - V % VW, v;
     floatV mv = (floatV)(-INFINITY);
@@ -104,7 +108,16 @@ static inline float row_lse(__global const float *xr, int V)
         sv += expnegV(vloadV(0, xr + v) - (floatV)(m));
     for (; v < V; v++)
         s += clattn_exp_neg(xr[v] - m);
-    return m + log(s + hsumV(sv));
+    return (float2)(m, log(s + hsumV(sv)));
+}
+
+/* (m, ls) for the gradient: (lse, 0) from the forward's lse unless it is too coarse (or there is
+ * none), else the row's own. */
+static inline float2 bwd_ml(__global const float *lse, int lse_off, int r,
+                            __global const float *xr, int V)
+{
+    float l = lse ? lse[lse_off + r] : 0.0f;
+    return lse && !(isfinite(l) && fabs(l) >= COARSE_LSE) ? (float2)(l, 0.0f) : row_ml(xr, V);
 }
 
 __kernel void ce_loss_rows(__global const float *x, int x_off, __global const int *labels,
@@ -115,10 +128,10 @@ __kernel void ce_loss_rows(__global const float *x, int x_off, __global const in
     if (r >= nrows)
         return;
     __global const float *xr = x + x_off + (size_t)r * V;
-    float l = row_lse(xr, V);
+    float2 ml = row_ml(xr, V);
     if (lse)
-        lse[lse_off + r] = l;
-    ce[r] = pos_weight(lens, lens_off, r, T) * pos_ce(xr, labels[lab_off + r], V, l);
+        lse[lse_off + r] = ml.x + ml.y;
+    ce[r] = pos_weight(lens, lens_off, r, T) * pos_ce(xr, labels[lab_off + r], V, ml);
 }
 
 /* loss[b] = sum_t ce[b * T + t] / T, one work-item per sequence, t in order. */
@@ -158,16 +171,16 @@ __kernel void ce_loss_backward_rows(__global const float *x, int x_off,
         return;
     __global const float *xr = x + x_off + (size_t)r * V;
     __global float *dr = dx + dx_off + (size_t)r * V;
-    float l = lse ? lse[lse_off + r] : row_lse(xr, V);
+    float2 ml = bwd_ml(lse, lse_off, r, xr, V);
     float c = pos_coef(labels, lab_off, lens, lens_off, dloss, dloss_off, r, T, V);
     int label = labels[lab_off + r], vv = V - V % VW, v;
     for (v = 0; v < vv; v += VW) {
-        floatV p = expnegV(vloadV(0, xr + v) - (floatV)(l));
+        floatV p = expnegV((vloadV(0, xr + v) - (floatV)(ml.x)) - (floatV)(ml.y));
         p -= select((floatV)(0.0f), (floatV)(1.0f), (intV)(v) + LANES == (intV)(label));
         vstoreV((floatV)(c) * p, 0, dr + v);
     }
     for (; v < V; v++)
-        dr[v] = c * (clattn_exp_neg(xr[v] - l) - (v == label ? 1.0f : 0.0f));
+        dr[v] = c * (clattn_exp_neg((xr[v] - ml.x) - ml.y) - (v == label ? 1.0f : 0.0f));
 }
 
 /* ---- GPU shape ---- */
@@ -188,7 +201,7 @@ static inline float group_reduce(__local float *red, int t, float x, int op)
     return r;
 }
 
-static inline float row_lse_wg(__local float *red, int t, __global const float *xr, int V)
+static inline float2 row_ml_wg(__local float *red, int t, __global const float *xr, int V)
 {
     float m = -INFINITY;
     for (int v = t; v < V; v += WG)
@@ -198,7 +211,7 @@ static inline float row_lse_wg(__local float *red, int t, __global const float *
     float s = 0.0f;
     for (int v = t; v < V; v += WG)
         s += clattn_exp_neg(xr[v] - m);
-    return m + log(group_reduce(red, t, s, 1));
+    return (float2)(m, log(group_reduce(red, t, s, 1)));
 }
 
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
@@ -209,11 +222,11 @@ void ce_loss_wg(__global const float *x, int x_off, __global const int *labels, 
     __local float red[WG];
     int r = get_group_id(0), t = get_local_id(0);
     __global const float *xr = x + x_off + (size_t)r * V;
-    float l = row_lse_wg(red, t, xr, V);
+    float2 ml = row_ml_wg(red, t, xr, V);
     if (t == 0) {
         if (lse)
-            lse[lse_off + r] = l;
-        ce[r] = pos_weight(lens, lens_off, r, T) * pos_ce(xr, labels[lab_off + r], V, l);
+            lse[lse_off + r] = ml.x + ml.y;
+        ce[r] = pos_weight(lens, lens_off, r, T) * pos_ce(xr, labels[lab_off + r], V, ml);
     }
 }
 
@@ -228,9 +241,13 @@ void ce_loss_backward_wg(__global const float *x, int x_off, __global const int 
     int r = get_group_id(0), t = get_local_id(0);
     __global const float *xr = x + x_off + (size_t)r * V;
     __global float *dr = dx + dx_off + (size_t)r * V;
-    float l = lse ? lse[lse_off + r] : row_lse_wg(red, t, xr, V);
+    float l = lse ? lse[lse_off + r] : 0.0f;
+    /* (m, ls) as bwd_ml's; the test is the same for every item of the group (no divergent
+     * barrier) */
+    float2 ml = lse && !(isfinite(l) && fabs(l) >= COARSE_LSE) ? (float2)(l, 0.0f)
+                                                               : row_ml_wg(red, t, xr, V);
     float c = pos_coef(labels, lab_off, lens, lens_off, dloss, dloss_off, r, T, V);
     int label = labels[lab_off + r];
     for (int v = t; v < V; v += WG)
-        dr[v] = c * (clattn_exp_neg(xr[v] - l) - (v == label ? 1.0f : 0.0f));
+        dr[v] = c * (clattn_exp_neg((xr[v] - ml.x) - ml.y) - (v == label ? 1.0f : 0.0f));
 }

@@ -26,7 +26,8 @@ typedef struct {
     int ignore_every; /* > 0: every ignore_every-th label is -100 */
     int special;      /* 1: position 1 all -inf; 2: a NaN logit at the last position (weight 0
                          where a length ends before it); 3: +inf in position 1 (ignored with
-                         ignore_every 2: its loss 0, its gradient row NaN, as in PyTorch) */
+                         ignore_every 2: its loss 0, its gradient row NaN, as in PyTorch); 4:
+                         every logit 1e6 more (near ties far from 0) */
     int save_lse;     /* the forward's lse goes to the backward (else NULL: recomputed) */
     int inplace;      /* dlogits = logits */
 } ce_case;
@@ -67,27 +68,37 @@ static void run(const ce_case *c)
         x[n - 1 - (size_t)(V / 2)] = NAN;
     if (c->special == 3)
         x[(size_t)V + V / 2] = INFINITY;
+    if (c->special == 4)
+        for (size_t i = 0; i < n; i++)
+            x[i] += 1e6f;
     double *xd = ref_to_double(x, n), *dld = ref_to_double(dl, (size_t)B);
     ref_ce_loss(B, T, V, xd, lab, c->lens, rloss, rlse);
     ref_ce_loss_backward(B, T, V, xd, lab, c->lens, dld, rdx);
-    /* error scales: sum_t w (|lse| + |x_label|) / T per loss; per gradient element
-     * |c| (p_v (1 + |x_v| + |lse|) + [v == label]): p = exp(x - lse) carries x - lse's absolute
-     * rounding, a few ulp of |x| + |lse|, as a relative error */
+    /* error scales, from the kernel's (m - x) + ls with lse = m + ls (m: the row's maximum):
+     * sum_t w (1 + |m - x_label| + |ls|) / T per loss; per gradient element
+     * |c| (p_v (1 + |x_v - m| + |ls| + e) + [v == label]): p = exp((x - m) - ls) carries that
+     * sum's rounding as a relative error, and e = |lse| where the forward's rounded lse is used
+     * instead (given, below 256 in size) */
     for (int b = 0; b < B; b++) {
         int len = c->lens ? (c->lens[b] < 0 ? 0 : c->lens[b] > T ? T : c->lens[b]) : T;
         lsc[b] = 1e-30;
-        for (int t = 0; t < len; t++) {
+        for (int t = 0; t < T; t++) {
             size_t r = (size_t)b * T + t;
-            if (lab[r] != -100) /* an ignored label's ce is exactly 0 */
-                lsc[b] += (fabs(rlse[r]) + fabs(xd[r * V + lab[r]])) / T;
-        }
-        for (int t = 0; t < T; t++)
+            double m = -INFINITY;
+            for (int v = 0; v < V; v++)
+                m = fmax(m, xd[r * V + v]);
+            m = isfinite(m) ? m : 0;
+            double ls = isfinite(rlse[r]) ? rlse[r] - m : 0;
+            double e = c->save_lse && fabs(rlse[r]) < 256 ? fabs(rlse[r]) : 0;
+            if (t < len && lab[r] != -100) /* an ignored label's ce is exactly 0 */
+                lsc[b] += (1 + fabs(m - xd[r * V + lab[r]]) + fabs(ls)) / T;
             for (int v = 0; v < V; v++) {
-                size_t r = (size_t)b * T + t, i = r * V + v;
+                size_t i = r * V + v;
                 double p = exp(xd[i] - rlse[r]);
-                sc[i] = fabs(dld[b]) / T * (p * (1 + fabs(xd[i]) + fabs(rlse[r])) +
+                sc[i] = fabs(dld[b]) / T * (p * (1 + fabs(xd[i] - m) + fabs(ls) + e) +
                                             (v == lab[r])) + 1e-30;
             }
+        }
     }
     clattn_tensor tx = h_tensor(CLATTN_FLOAT32, 3, H_DIMS(B, T, V), x);
     clattn_tensor tlab = h_tensor(CLATTN_INT32, 2, H_DIMS(B, T), lab);
@@ -195,7 +206,9 @@ static void test_extremes(void **s)
     static const int l2[] = {1, 2};
     CASES({2, 3, 11, NULL, 1000, 0, 0, 1}, {2, 3, 11, NULL, 3, 0, 1}, {2, 3, 11, NULL, 3, 0, 1, 1},
           {2, 3, 11, l2, 3, 0, 2}, {2, 3, 11, l2, 3, 0, 2, 1}, {2, 3, 11, NULL, 3, 0, 3},
-          {2, 3, 11, l2, 3, 2, 1, 1, 1}, {2, 3, 11, NULL, 3, 2, 3});
+          {2, 3, 11, l2, 3, 2, 1, 1, 1}, {2, 3, 11, NULL, 3, 2, 3},
+          /* logits near 1e6: lse = m + ls rounds at 0.06, ce and the gradient must not */
+          {2, 3, 11, NULL, 3, 0, 4}, {2, 3, 11, l2, 3, 0, 4, 1}, {2, 3, 40, NULL, 3, 3, 4, 1, 1});
 }
 
 /* CLATTN_SYNC reads the device values back: a label outside [0, V) (not -100) and a length
