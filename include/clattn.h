@@ -263,8 +263,11 @@ CLATTN_API clattn_status clattn_transpose_qkv(clattn_context *ctx, const clattn_
  * bfloat16, x and out of one dtype. */
 CLATTN_API clattn_status clattn_transpose_output(clattn_context *ctx, const clattn_tensor *x,
                                                  int num_heads, const clattn_tensor *out);
-/* y = x * keep / (1 - p) with keep drawn from Philox4x32-10 keyed by (seed, offset, element index);
- * p = 0 or training = 0 copies (an exact no-op in place); p = 1 writes zeros. y may be x itself
+/* y = x * keep / (1 - p) with keep drawn from Philox4x32-10 keyed by (seed, offset, element index),
+ * the index counted row-major from the view's first element (a view of part of a tensor draws
+ * the mask of a tensor of its own shape, not that part of the whole's); p = 0 or training = 0
+ * copies (an exact no-op in place); p = 1 multiplies every element by 0: zeros, NaN where x is
+ * NaN or infinite (PyTorch's x * mask does the same). y may be x itself
  * (the same buf, offset and dtype: in place). x and y: float32, float16 or bfloat16 in any
  * combination (a 16-bit y is the float32 product rounded once; no-ops convert). */
 CLATTN_API clattn_status clattn_dropout(clattn_context *ctx, const clattn_tensor *x,
