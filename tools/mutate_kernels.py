@@ -12,6 +12,7 @@ needs reading. Lines are printed as the runs end, and appended as JSON to --log.
     python3 tools/mutate_kernels.py merge.cl                  # every mutant of merge.cl
     python3 tools/mutate_kernels.py flash.cl --count 25       # 25 drawn at random (--seed)
     python3 tools/mutate_kernels.py decode.cl --list          # the mutants, without running
+    python3 tools/mutate_kernels.py tile16.cl --lines 111-146 # those lines' only (resume a pass)
 
 Run from the source directory after `ninja -C build`, on a quiet machine (a flash.cl mutant that
 survives takes minutes: every test program under every variant, its kernels compiled anew).
@@ -111,6 +112,7 @@ def main():
     ap.add_argument('--timeout', type=int, default=300, help='seconds per test run')
     ap.add_argument('--log', default='mutants.jsonl')
     ap.add_argument('--list', action='store_true', help='print the mutants and stop')
+    ap.add_argument('--lines', help='FIRST-LAST: only the mutants of these lines (1-based)')
     a = ap.parse_args()
     src = os.path.join(ROOT, 'kernels')
     lines, ms = mutants(os.path.join(src, a.file))
@@ -118,8 +120,13 @@ def main():
     if not tests:
         sys.exit(f'{a.file}: no test programs known; give --tests')
     order = list(range(len(ms)))
-    if 0 < a.count < len(ms):
+    if a.lines:
+        first, last = (int(x) for x in a.lines.split('-'))
+        order = [i for i in order if first <= ms[i][0] + 1 <= last]
+    if 0 < a.count < len(order):
         order = sorted(random.Random(a.seed).sample(order, a.count))
+    if not order:
+        sys.exit(f'{a.file}: no mutants on lines {a.lines}')
     print(f'{a.file}: {len(ms)} mutants, running {len(order)} through {", ".join(tests)}',
           flush=True)
     tunes, killed = variants(), 0
