@@ -135,6 +135,21 @@ static inline float clattn_masked(float x, int k, int lo, int limit, __global co
     return clattn_open(k, lo, limit, mrow, msk) ? x : fill;
 }
 
+/* 1 for a NaN or an infinity, on the exponent bits: not 0 * x, which Mesa's llvmpipe folds to 0 */
+static inline int clattn_nonfinite(float x)
+{
+    return (as_uint(x) & 0x7f800000u) == 0x7f800000u;
+}
+
+/* A log-sum-exp at least this large in size is too coarse to recompute probabilities from:
+ * its float32 rounding, up to 2^-17 of it, would be their relative error (a row whose every
+ * score a bias pushes to -1e9 has lse = -1e9 exactly, and exp(s - lse) = 1 for each of its K
+ * keys instead of 1 / K). The backward kernels then read the row for its own maximum and sum. */
+static inline int clattn_lse_coarse(float lse)
+{
+    return isfinite(lse) && fabs(lse) >= 256.0f;
+}
+
 /* Philox4x32-10 (Salmon et al., SC'11): a counter-based generator, so dropout masks are a pure
  * function of (seed, offset, element index) on every device and in the host reference. */
 static inline uint4 clattn_philox(uint4 c, uint2 k)

@@ -59,12 +59,6 @@ static inline size_t bwd_at(int4 l, int D1, int bb, int row)
            (size_t)row * (size_t)l.w;
 }
 
-/* 1 for a NaN or an infinity (on the exponent bits: see flash.cl's nonfinite16) */
-static inline int bwd_nonfinite(float x)
-{
-    return (as_int(x) & 0x7f800000) == 0x7f800000;
-}
-
 /* 16 floats of a row from column c0, zero past n */
 static inline float16 bwd_load(__global const float *row, int c0, int n)
 {
@@ -104,7 +98,7 @@ __kernel void flash_bwd_pack(__global const float *K, int4 kl, __global const fl
     int bad = 0;
     for (int e = 0; e < dp; e++) {
         float x = k < nk && e < d ? ks[e] : 0.0f;
-        bad |= bwd_nonfinite(x);
+        bad |= clattn_nonfinite(x);
         row[e] = x;
         if (e < d)
             dst[e * KB] = x;
@@ -114,17 +108,11 @@ __kernel void flash_bwd_pack(__global const float *K, int4 kl, __global const fl
     kbad[kbad_off + (size_t)kb * nblk * KB + k] = bad;
 }
 
-/* A row's LSE this large is too coarse to recompute its probabilities from: its float32 rounding,
- * up to 2^-17 of it, is their relative error (a row whose every score a bias pushes to -1e9 has
- * lse = -1e9 exactly, and exp(s - lse) = 1 for each of its K keys instead of 1 / K). */
-#define COARSE_LSE 256.0f
-
-/* The score of key k of a row (qr) as bwd_probs computes it: tile_panel's sum order, the scale,
- * the bias row's (brow, key stride bsk), ALiBi's at distance dist from the diagonal (alibi), or
- * the fill when the key is blocked (open 0). */
+/* The score of open key k of a row (qr) as bwd_probs computes it: tile_panel's sum order, the
+ * scale, the bias row's (brow, key stride bsk), ALiBi's at distance dist from the diagonal. */
 static inline float bwd_score(__global const float *qr, __global const float *kr, int d,
                               float scale, __global const float *brow, int bsk, int k, int alibi,
-                              float slope, int dist, int open, float fill)
+                              float slope, int dist)
 {
     float t = 0.0f;
     for (int e = 0; e < d; e++)
@@ -134,13 +122,13 @@ static inline float bwd_score(__global const float *qr, __global const float *kr
         s += brow[bsk * k];
     if (alibi)
         s += CLATTN_ALIBI(slope, (float)(dist));
-    return open ? s : fill;
+    return s;
 }
 
 /* Per query row: D = dout . out (rows[d_off + bb nq + q]), flags (an int at rows[bad_off +
  * bb nq + q]) and what its probabilities are recomputed from, P = exp((S - off) - ext) (rows at
- * off_off and ext_off): off = lse and ext = 0, or, where lse is too coarse (COARSE_LSE), the
- * row's own maximum score and the log of its sum, from one pass over its keys. Flags:
+ * off_off and ext_off): off = lse and ext = 0, or, where lse is too coarse (clattn_lse_coarse),
+ * the row's own maximum score and the log of its sum, from one pass over its keys. Flags:
  * ROW_NONFINITE when the row of Q or of dout holds a NaN or an infinity, ROW_BLOCKED when the
  * mask blocks every key of the row. Such a row's weights are uniform (finite fill) and its lse
  * is fill + log(nk) rounded at the fill's magnitude (0.06 at d2l's -1e6): flash_bwd_cpu gives
@@ -166,15 +154,15 @@ __kernel void flash_bwd_rows(__global const float *Q, int4 ql, __global const fl
     int bad = 0;
     for (int c = 0; c < dv; c++) {
         s = fma(gr[c], orow[c], s);
-        bad |= bwd_nonfinite(gr[c]);
+        bad |= clattn_nonfinite(gr[c]);
     }
     for (int e = 0; e < d; e++)
-        bad |= bwd_nonfinite(qr[e]);
+        bad |= clattn_nonfinite(qr[e]);
     size_t i = (size_t)bb * nq + q;
     rows[d_off + i] = s;
     ((__global int *)rows)[bad_off + i] = (bad ? ROW_NONFINITE : 0) | (open ? 0 : ROW_BLOCKED);
     float lz = lse[lse_off + i], m = lz, l = 1.0f;
-    if (isfinite(lz) && fabs(lz) >= COARSE_LSE && open) {
+    if (clattn_lse_coarse(lz) && open) {
         int kb = d0 * (D1 / G) + d1 / G, diag = q + nk - nq;
         __global const float *brow = clattn_bias_row(bias, bias_off, bs, d0, d1, q);
         float slope = clattn_slope(slopes, slopes_off, ss, d0, d1);
@@ -182,9 +170,10 @@ __kernel void flash_bwd_rows(__global const float *Q, int4 ql, __global const fl
         l = 0.0f;
         for (int pass = 0; pass < 2; pass++) /* the maximum, then the sum */
             for (int k = 0; k < nk; k++) {
-                float s = bwd_score(qr, K + bwd_at(kl, D1 / G, kb, k), d, scale, brow, bs.w, k,
-                                    slopes != 0, slope, diag - k,
-                                    clattn_open(k, lo, limit, mrow, ms.w), fill);
+                float s = clattn_open(k, lo, limit, mrow, ms.w)
+                              ? bwd_score(qr, K + bwd_at(kl, D1 / G, kb, k), d, scale, brow,
+                                          bs.w, k, slopes != 0, slope, diag - k)
+                              : fill;
                 if (pass == 0)
                     m = fmax(m, s);
                 else
@@ -388,9 +377,10 @@ __kernel __attribute__((vec_type_hint(float16)))
 void flash_bwd_cpu(__global const float *Q, int4 ql, __global const float *pk,
                    __global const int *kbad, int kbad_off, __global const float *dO, int4 dol,
                    __global const float *lse, int lse_off, __global const float *rows, int d_off,
-                   int bad_off, int off_off, int ext_off, __global float *acc, int acc_off, __global float *dQ, int4 dql,
-                   int dq_cs, __global float *dK, int4 dkl, __global float *dV, int4 dvl, int want,
-                   int nq, int nk, int d, int dv, int dp, int dvp, int nblk, int nchunk,
+                   int bad_off, int off_off, int ext_off, __global float *acc, int acc_off,
+                   __global float *dQ, int4 dql, int dq_cs, __global float *dK, int4 dkl,
+                   __global float *dV, int4 dvl, int want, int nq, int nk, int d, int dv, int dp,
+                   int dvp, int nblk, int nchunk,
                    float scale, FLASH_MASK_PARAMS, FLASH_DROP_PARAMS)
 {
     int ch = get_global_id(0), kb = get_global_id(1);

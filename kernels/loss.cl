@@ -9,13 +9,13 @@
  * with lse = m + ls, ls = log(sum_v exp(x_v - m)), m the row's maximum (0 in its place when every
  * logit is -inf, so the sum is 0 and lse -inf, as PyTorch's log_softmax gives NaN for such a row:
  * ce = -inf - -inf), computed as (m - x[label]) + ls: m + ls rounds at |m|'s ulp (0.06 for
- * logits near 1e6), which would be ce's error; a label of IGNORE (PyTorch's ignore_index -100) gives ce = 0 without reading the
- * row's label; any other label outside [0, V) gives NaN. loss[b] = sum_t w ce / T, the positions
- * in order; w multiplies ce, so 0 * NaN stays NaN as in d2l's code.
+ * logits near 1e6), which would be ce's error; a label of IGNORE (PyTorch's ignore_index -100)
+ * gives ce = 0 without reading the row's label; any other label outside [0, V) gives NaN.
+ * loss[b] = sum_t w ce / T, the positions in order; w multiplies ce, so 0 * NaN stays NaN as in
+ * d2l's code.
  * Gradient: dx_v = c (exp((x_v - m) - ls) - [v == label]), c = dloss[b] w / T, 0 at an ignored
- * label (NaN at a bad one); with the forward's lse given, (m, ls) = (lse, 0) unless |lse| >=
- * COARSE_LSE, where its rounding (up to 2^-17 of it) would be the probabilities' error and the
- * row is read for its own m and ls.
+ * label (NaN at a bad one); with the forward's lse given, (m, ls) = (lse, 0) unless it is too
+ * coarse (common.cl's clattn_lse_coarse), where the row is read for its own m and ls.
  * Variants (softmax's tuning): *_rows (CPU shape: one work-item per row, VW-wide vectors, two
  * passes for the log-sum-exp while the row stays in L2) and *_wg (GPU shape: a work-group of WG
  * items per row, strided coalesced loads, tree reductions in local memory). */
@@ -34,7 +34,6 @@
 #error "WG must be a power of two"
 #endif
 #define IGNORE (-100)
-#define COARSE_LSE 256.0f
 
 #if VW == 16
 #define floatV float16
@@ -111,13 +110,11 @@ static inline float2 row_ml(__global const float *xr, int V)
     return (float2)(m, log(s + hsumV(sv)));
 }
 
-/* (m, ls) for the gradient: (lse, 0) from the forward's lse unless it is too coarse (or there is
- * none), else the row's own. */
-static inline float2 bwd_ml(__global const float *lse, int lse_off, int r,
-                            __global const float *xr, int V)
+/* Whether the gradient of row r takes (m, ls) = (lse, 0) from the forward's lse: given and not
+ * too coarse. Otherwise the row is read for its own. */
+static inline int lse_usable(__global const float *lse, int lse_off, int r)
 {
-    float l = lse ? lse[lse_off + r] : 0.0f;
-    return lse && !(isfinite(l) && fabs(l) >= COARSE_LSE) ? (float2)(l, 0.0f) : row_ml(xr, V);
+    return lse && !clattn_lse_coarse(lse[lse_off + r]);
 }
 
 __kernel void ce_loss_rows(__global const float *x, int x_off, __global const int *labels,
@@ -171,7 +168,7 @@ __kernel void ce_loss_backward_rows(__global const float *x, int x_off,
         return;
     __global const float *xr = x + x_off + (size_t)r * V;
     __global float *dr = dx + dx_off + (size_t)r * V;
-    float2 ml = bwd_ml(lse, lse_off, r, xr, V);
+    float2 ml = lse_usable(lse, lse_off, r) ? (float2)(lse[lse_off + r], 0.0f) : row_ml(xr, V);
     float c = pos_coef(labels, lab_off, lens, lens_off, dloss, dloss_off, r, T, V);
     int label = labels[lab_off + r], vv = V - V % VW, v;
     for (v = 0; v < vv; v += VW) {
@@ -241,11 +238,9 @@ void ce_loss_backward_wg(__global const float *x, int x_off, __global const int 
     int r = get_group_id(0), t = get_local_id(0);
     __global const float *xr = x + x_off + (size_t)r * V;
     __global float *dr = dx + dx_off + (size_t)r * V;
-    float l = lse ? lse[lse_off + r] : 0.0f;
-    /* (m, ls) as bwd_ml's; the test is the same for every item of the group (no divergent
-     * barrier) */
-    float2 ml = lse && !(isfinite(l) && fabs(l) >= COARSE_LSE) ? (float2)(l, 0.0f)
-                                                               : row_ml_wg(red, t, xr, V);
+    /* the same for every item of the group: no divergent barrier in row_ml_wg */
+    float2 ml = lse_usable(lse, lse_off, r) ? (float2)(lse[lse_off + r], 0.0f)
+                                            : row_ml_wg(red, t, xr, V);
     float c = pos_coef(labels, lab_off, lens, lens_off, dloss, dloss_off, r, T, V);
     int label = labels[lab_off + r];
     for (int v = t; v < V; v += WG)

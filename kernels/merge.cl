@@ -20,11 +20,7 @@
  * gives, else 0, as for a sequence without keys; a NaN LSE makes the row NaN (the comparisons
  * below pass it on to m or to a weight). */
 
-/* 1 for a NaN or an infinity */
-static inline int nonfinite(float x)
-{
-    return (as_uint(x) & 0x7f800000u) == 0x7f800000u;
-}
+#include "common.cl"
 
 __kernel void attention_merge(__global const float *a, int a_off, __global const float *la,
                               int la_off, __global const float *sin, int sin_col,
@@ -60,13 +56,12 @@ __kernel void attention_merge(__global const float *a, int a_off, __global const
         sum = ca + wb;
     }
     /* weights 0 of empty ranges drop their (NaN) outputs: select, not 0 * NaN; both empty: 0 x
-     * both outputs (see the top), by their exponent bits, not a product with a constant 0, which
-     * Mesa's llvmpipe folds to 0 */
+     * both outputs (see the top), by their exponent bits (common.cl) */
     float inv = 1.0f / sum, fa = ca * inv, fb = wb * inv;
     int use_a = s != 0.0f, use_b = y != -INFINITY;
     if (mn == -INFINITY) {
         for (int c = 0; c < dv; c++)
-            orow[c] = nonfinite(ar[c]) || nonfinite(br[c]) ? NAN : 0.0f;
+            orow[c] = clattn_nonfinite(ar[c]) || clattn_nonfinite(br[c]) ? NAN : 0.0f;
     } else if (use_a && use_b) {
         int c = 0;
         for (; c + 16 <= dv; c += 16)

@@ -35,7 +35,7 @@ TESTS = {
     'convert.cl': ['convert'],
     'dtype.cl': ['convert', 'softmax', 'matmul', 'decode'],
     'dropout.cl': ['dropout', 'dot_product'],
-    'common.cl': ['softmax', 'dot_product', 'decode', 'backward'],
+    'common.cl': ['softmax', 'dot_product', 'decode', 'backward', 'loss', 'merge'],
     'tile16.cl': ['dot_product', 'backward'],
     'update.cl': ['backward'],
 }
