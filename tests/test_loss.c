@@ -78,7 +78,8 @@ static void run(const ce_case *c)
      * sum_t w (1 + |m - x_label| + |ls|) / T per loss; per gradient element
      * |c| (p_v (1 + |x_v - m| + |ls| + e) + [v == label]): p = exp((x - m) - ls) carries that
      * sum's rounding as a relative error, and e = |lse| where the forward's rounded lse is used
-     * instead (given, below 256 in size) */
+     * instead (given, below 256 in size). Each no looser than |lse| + |x| in their place (the
+     * scales of computing through lse), which is the smaller near 0. */
     for (int b = 0; b < B; b++) {
         int len = c->lens ? (c->lens[b] < 0 ? 0 : c->lens[b] > T ? T : c->lens[b]) : T;
         lsc[b] = 1e-30;
@@ -91,11 +92,13 @@ static void run(const ce_case *c)
             double ls = isfinite(rlse[r]) ? rlse[r] - m : 0;
             double e = c->save_lse && fabs(rlse[r]) < 256 ? fabs(rlse[r]) : 0;
             if (t < len && lab[r] != -100) /* an ignored label's ce is exactly 0 */
-                lsc[b] += (1 + fabs(m - xd[r * V + lab[r]]) + fabs(ls)) / T;
+                lsc[b] += fmin(1 + fabs(m - xd[r * V + lab[r]]) + fabs(ls),
+                               fabs(rlse[r]) + fabs(xd[r * V + lab[r]])) / T;
             for (int v = 0; v < V; v++) {
                 size_t i = r * V + v;
                 double p = exp(xd[i] - rlse[r]);
-                sc[i] = fabs(dld[b]) / T * (p * (1 + fabs(xd[i] - m) + fabs(ls) + e) +
+                sc[i] = fabs(dld[b]) / T * (p * fmin(1 + fabs(xd[i] - m) + fabs(ls) + e,
+                                                     1 + fabs(xd[i]) + fabs(rlse[r])) +
                                             (v == lab[r])) + 1e-30;
             }
         }
