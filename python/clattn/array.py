@@ -305,7 +305,7 @@ def _float32_round_to_odd(arr):
         wide = f.astype(np.float64)
         inexact = np.isfinite(x) & (wide != x)
         f = np.where(inexact & (np.abs(wide) > np.abs(x)), np.nextafter(f, np.float32(0)), f)
-    bits = f.astype(np.float32).view(np.uint32)
+    bits = np.asarray(f, np.float32).view(np.uint32)  # f is float32 already: no copy
     return np.ascontiguousarray(np.where(inexact, bits | np.uint32(1), bits).view(np.float32))
 
 
