@@ -141,6 +141,22 @@ static inline int clattn_nonfinite(float x)
     return (as_uint(x) & 0x7f800000u) == 0x7f800000u;
 }
 
+static inline int clattn_nonfinite16(float16 x)
+{
+    return any((as_uint16(x) & (uint16)(0x7f800000u)) == (uint16)(0x7f800000u));
+}
+
+/* The factor 2^-J by which a fused kernel's row scales its weights when its unnormalised sums
+ * overflowed (values within a factor n of FLT_MAX): each of the row's n weights is at most wmax
+ * (1, or dropout's 1 / (1 - p)), so the scaled ones sum to at most 1/4 and the sums stay below
+ * a quarter of the largest |value|. A power of two scales every rounding exactly (down to
+ * FLT_MIN): the output, the sums' ratio, is the one the unscaled arithmetic would give without
+ * overflowing, and the log-sum-exp takes the sum divided by the factor (exact too). */
+static inline float clattn_overflow_shift(int n, float wmax)
+{
+    return ldexp(1.0f, -(ilogb(fmax((float)n * fmax(wmax, 1.0f), 1.0f)) + 3));
+}
+
 /* A log-sum-exp at least this large in size is too coarse to recompute probabilities from:
  * its float32 rounding, up to 2^-17 of it, would be their relative error (a row whose every
  * score a bias pushes to -1e9 has lse = -1e9 exactly, and exp(s - lse) = 1 for each of its K

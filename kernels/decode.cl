@@ -18,9 +18,12 @@
  * is small), so 0 * v is NaN where a value is NaN or infinite, as PyTorch's weights @ V.
  * Splits: split s takes keys [s * split, min((s + 1) * split, L)) (split: SK, or less under a loop
  * budget) and writes each row's partial state at
- * part + (row * nsplit + s) * (dv + 2): acc (dv floats) = sum_k exp(x_k - mz) v_k, then mz (the
- * running maximum, 0 while every score is -inf, so exp never sees -inf - -inf) and l = sum_k
- * exp(x_k - mz). decode_merge combines the splits. */
+ * part + (row * nsplit + s) * (dv + 2): its output o (dv floats) = sum_k exp(x_k - mz) v_k / l
+ * (the unnormalised sum itself when l = 0), then mz (the running maximum, 0 while every score is
+ * -inf, so exp never sees -inf - -inf) and l = sum_k exp(x_k - mz). decode_merge combines the
+ * splits. A split whose unnormalised sums overflowed (values within a factor of its key count of
+ * FLT_MAX) takes its keys once more for the rows concerned, their weights scaled by
+ * clattn_overflow_shift (common.cl, exact: a power of two), as the fused kernels do (flash.cl). */
 #include "common.cl"
 #include "dtype.cl"
 
@@ -156,60 +159,49 @@ static inline float hsum16(float16 v)
     return (b.x + b.y) + (b.z + b.w);
 }
 
+/* The state's maximum and sum; l: the sum with the weight factor sh, stored without it (exact). */
 static inline void store_state(__global float *part, size_t row, int nsplit, int s, int dv,
-                               float m, float l)
+                               float m, float l, float sh)
 {
     __global float *p = part + (row * nsplit + s) * (dv + 2);
     p[dv] = m == -INFINITY ? 0.0f : m;
-    p[dv + 1] = l;
+    p[dv + 1] = l / sh;
 }
 
-/* CPU shape: one work-item per (split, RQ rows, K/V head), keys 16 at a time: each key's dot
- * products with every row (16-wide vectors over the head, one horizontal sum per row), the 16
- * scores of a row as one vector for the mask and the softmax, then the outputs 16 columns at a
- * time over the 16 keys (RQ accumulators), so that the K and V rows are read once. The unroll
- * pragmas keep the RQ-row tiles in registers (PoCL leaves them on the stack otherwise). */
-__kernel void decode_cpu(DECODE_PARAMS)
+/* What the outputs are multiplied by to normalise them: 1 / l, or 1 when l = 0 (see the top). */
+static inline float norm_of(float l)
 {
-    int s = get_global_id(0), rg = get_global_id(1), bh = get_global_id(2);
-    int R = G * Qn, r0 = rg * RQ;
-    if (r0 >= R)
-        return;
-    int nr = min(RQ, R - r0), L = seq_keys(lens, lens_off, bh / Hkv, Kmax, A);
-    int k_lo = s * split, k_hi = min(k_lo + split, L);
-    size_t base = (size_t)bh * R + r0; /* the first query row */
-    __global const CTYPE *kb = K + k_off + (size_t)bh * Kmax * d;
-    __global const CTYPE *vb = V + v_off + (size_t)bh * Kmax * dv;
-    float16 qv[RQ][DP / 16], acc[RQ][DVP / 16];
-    float m[RQ], l[RQ], slope[RQ];
-    int lo[RQ], hi[RQ], diag[RQ];
+    return l != 0.0f ? 1.0f / l : 1.0f;
+}
+
+/* The split's keys [k_lo, k_hi) for decode_cpu's RQ rows (see there): their running maxima m,
+ * sums l and unnormalised outputs acc from the start, the weights times sh when shifted (a
+ * constant where it is inlined: the first pass has no multiply). Inlined, so that the register
+ * tiles stay registers. */
+static inline __attribute__((always_inline)) void
+dcpu_keys(float16 acc[RQ][DVP / 16], float *m, float *l, float16 qv[RQ][DP / 16],
+          const float *sh, int shifted, __global const CTYPE *kb, __global const CTYPE *vb,
+          int k_lo, int k_hi, int d, int dv, float scale, int alibi, const float *slope,
+          const int *diag, const int *lo, const int *hi, float fill)
+{
+    int nd = d / 16, ndv = dv / 16; /* whole 16-float chunks of a row; then one partial one */
     #pragma unroll
     for (int r = 0; r < RQ; r++) {
-        int rr = r0 + min(r, nr - 1); /* rows past R recompute the last one */
-        slope[r] = row_slope(slopes, slopes_off, ss, bh, rr, Hkv, G, Qn);
-        diag[r] = L - Qn + rr % Qn;
-        __global const QTYPE *qr = Q + q_off + (base + (rr - r0)) * d;
-        #pragma unroll
-        for (int c = 0; c < DP / 16; c++)
-            qv[r][c] = LOAD_ROW16(QT, qr + 16 * c, d - 16 * c);
-        int2 bo = row_bounds(rr, Qn, L, win);
-        lo[r] = bo.x;
-        hi[r] = bo.y;
         m[r] = -INFINITY;
         l[r] = 0.0f;
         #pragma unroll
         for (int c = 0; c < DVP / 16; c++)
             acc[r][c] = (float16)(0.0f);
     }
-    int nd = d / 16, ndv = dv / 16; /* whole 16-float chunks of a row; then one partial one */
     for (int k0 = k_lo; k0 < k_hi; k0 += 16) {
         int nk = min(16, k_hi - k0);
         float st[RQ][16], corr[RQ];
         for (int j = 0; j < nk; j++) {
             __global const CTYPE *kr = kb + (size_t)(k0 + j) * d;
-            /* the K and V rows PF keys on, so that they are on their way from memory well before
-             * use: the hardware's prefetchers did not keep up (EPYC, cache in L3: 40 GB/s without,
-             * 52 with; demand loads of one value per line in their place: 34) */
+            /* the K and V rows PF keys on, so that they are on their way from memory well
+             * before use: the hardware's prefetchers did not keep up (EPYC, cache in L3:
+             * 40 GB/s without, 52 with; demand loads of one value per line in their place:
+             * 34) */
             if (k0 + PF + j < k_hi) {
                 PREFETCH_ROW(kr + (size_t)PF * d, d);
                 PREFETCH_ROW(vb + (size_t)(k0 + PF + j) * dv, dv);
@@ -240,7 +232,7 @@ __kernel void decode_cpu(DECODE_PARAMS)
         for (int r = 0; r < RQ; r++) {
             float16 x = idx < (int16)(k_hi) ? vload16(0, st[r]) * (float16)(scale)
                                              : (float16)(0.0f); /* lanes past the keys: unset */
-            if (slopes)
+            if (alibi)
                 x += CLATTN_ALIBI(slope[r], convert_float16((int16)(diag[r]) - idx));
             x = select((float16)(fill), x, idx >= (int16)(lo[r]) & idx < (int16)(hi[r]));
             x = select((float16)(-INFINITY), x, idx < (int16)(k_hi));
@@ -248,6 +240,8 @@ __kernel void decode_cpu(DECODE_PARAMS)
             float mz = mn == -INFINITY ? 0.0f : mn;
             corr[r] = clattn_exp_neg(m[r] - mz); /* 0 from m = -inf */
             x = clattn_exp_neg16(x - (float16)(mz)); /* common.cl: half the builtin's work */
+            if (shifted)
+                x *= (float16)(sh[r]);
             l[r] = l[r] * corr[r] + hsum16(x);
             m[r] = mn;
             vstore16(x, 0, st[r]);
@@ -269,7 +263,8 @@ __kernel void decode_cpu(DECODE_PARAMS)
                 }
             } else {
                 for (int j = 0; j < nk; j++) {
-                    float16 vv = LOAD_ROW16(CT, vb + (size_t)(k0 + j) * dv + 16 * c, dv - 16 * c);
+                    float16 vv =
+                        LOAD_ROW16(CT, vb + (size_t)(k0 + j) * dv + 16 * c, dv - 16 * c);
                     #pragma unroll
                     for (int r = 0; r < RQ; r++)
                         a[r] = fma((float16)(st[r][j]), vv, a[r]);
@@ -280,11 +275,62 @@ __kernel void decode_cpu(DECODE_PARAMS)
                 acc[r][c] = a[r];
         }
     }
+}
+
+/* CPU shape: one work-item per (split, RQ rows, K/V head), keys 16 at a time: each key's dot
+ * products with every row (16-wide vectors over the head, one horizontal sum per row), the 16
+ * scores of a row as one vector for the mask and the softmax, then the outputs 16 columns at a
+ * time over the 16 keys (RQ accumulators), so that the K and V rows are read once. The unroll
+ * pragmas keep the RQ-row tiles in registers (PoCL leaves them on the stack otherwise). */
+__kernel void decode_cpu(DECODE_PARAMS)
+{
+    int s = get_global_id(0), rg = get_global_id(1), bh = get_global_id(2);
+    int R = G * Qn, r0 = rg * RQ;
+    if (r0 >= R)
+        return;
+    int nr = min(RQ, R - r0), L = seq_keys(lens, lens_off, bh / Hkv, Kmax, A);
+    int k_lo = s * split, k_hi = min(k_lo + split, L);
+    size_t base = (size_t)bh * R + r0; /* the first query row */
+    __global const CTYPE *kb = K + k_off + (size_t)bh * Kmax * d;
+    __global const CTYPE *vb = V + v_off + (size_t)bh * Kmax * dv;
+    float16 qv[RQ][DP / 16], acc[RQ][DVP / 16];
+    float m[RQ], l[RQ], slope[RQ], sh[RQ]; /* sh: the rows' weight factors */
+    int lo[RQ], hi[RQ], diag[RQ], shifted = 0;
+    #pragma unroll
+    for (int r = 0; r < RQ; r++) {
+        int rr = r0 + min(r, nr - 1); /* rows past R recompute the last one */
+        slope[r] = row_slope(slopes, slopes_off, ss, bh, rr, Hkv, G, Qn);
+        diag[r] = L - Qn + rr % Qn;
+        __global const QTYPE *qr = Q + q_off + (base + (rr - r0)) * d;
+        #pragma unroll
+        for (int c = 0; c < DP / 16; c++)
+            qv[r][c] = LOAD_ROW16(QT, qr + 16 * c, d - 16 * c);
+        int2 bo = row_bounds(rr, Qn, L, win);
+        lo[r] = bo.x;
+        hi[r] = bo.y;
+        sh[r] = 1.0f;
+    }
+    dcpu_keys(acc, m, l, qv, sh, 0, kb, vb, k_lo, k_hi, d, dv, scale, slopes != 0, slope, diag,
+              lo, hi, fill);
+    float shift = clattn_overflow_shift(k_hi - k_lo, 1.0f);
+    #pragma unroll
+    for (int r = 0; r < RQ; r++) { /* constant indices: acc stays in registers */
+        int bad = clattn_nonfinite(l[r]);
+        #pragma unroll
+        for (int c = 0; c < DVP / 16; c++)
+            bad |= clattn_nonfinite16(acc[r][c]);
+        sh[r] = bad ? shift : 1.0f;
+        shifted |= bad;
+    }
+    if (shifted) /* rows whose sums overflowed: once more with their weights scaled */
+        dcpu_keys(acc, m, l, qv, sh, 1, kb, vb, k_lo, k_hi, d, dv, scale, slopes != 0, slope,
+                  diag, lo, hi, fill);
     for (int r = 0; r < nr; r++) {
         __global float *p = part + ((base + r) * nsplit + s) * (dv + 2);
+        float f = norm_of(l[r]);
         for (int c = 0; c < dv; c++)
-            p[c] = ((const float *)acc[r])[c];
-        store_state(part, base + r, nsplit, s, dv, m[r], l[r]);
+            p[c] = ((const float *)acc[r])[c] * f;
+        store_state(part, base + r, nsplit, s, dv, m[r], l[r], sh[r]);
     }
 }
 
@@ -386,11 +432,25 @@ static inline void dgpu_pv(float (*acc)[NCOL], __local float (*S)[WG], __local f
  * row (the rows of q in local memory), the first RQ items take one row's maximum and sum each,
  * and every item accumulates its NCOL output columns (t, t + WG, ...) over the tile's keys, so V
  * is read coalesced. */
+/* Item t's bits r of *ovf for the rows r < nr whose sum or item t's outputs are not finite. */
+static inline void dgpu_overflow(__local int *ovf, float (*acc)[NCOL], __local float *l_l,
+                                 int nr, int dv, int t)
+{
+    for (int r = 0; r < nr; r++) {
+        int bad = clattn_nonfinite(l_l[r]);
+        for (int ci = 0; ci < NCOL; ci++)
+            bad |= t + WG * ci < dv && clattn_nonfinite(acc[r][ci]);
+        if (bad)
+            atomic_or(ovf, 1 << r);
+    }
+}
+
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
 void decode_gpu(DECODE_PARAMS)
 {
     __local float qs[RQ][DP], S[RQ][WG], mz_l[RQ], corr_l[RQ], m_l[RQ], l_l[RQ];
     __local float Ks[WG][KCP + 1]; /* +1: item t reads row t, rows in different banks */
+    __local int ovf[1]; /* an array: see flash_gpu */
     int t = get_local_id(0), s = get_group_id(0), rg = get_group_id(1), bh = get_group_id(2);
     int R = G * Qn, r0 = rg * RQ;
     if (r0 >= R)
@@ -401,7 +461,7 @@ void decode_gpu(DECODE_PARAMS)
     __global const CTYPE *kb = K + k_off + (size_t)bh * Kmax * d;
     __global const CTYPE *vb = V + v_off + (size_t)bh * Kmax * dv;
     int lo[RQ], hi[RQ], diag[RQ];
-    float acc[RQ][NCOL], slope[RQ];
+    float acc[RQ][NCOL], slope[RQ], sh[RQ]; /* sh: the rows' weight factors */
     dgpu_stage_q(qs, Q + q_off + base * d, nr, d, t);
     for (int r = 0; r < RQ; r++) {
         int rr = r0 + min(r, nr - 1);
@@ -410,60 +470,77 @@ void decode_gpu(DECODE_PARAMS)
         hi[r] = bo.y;
         slope[r] = row_slope(slopes, slopes_off, ss, bh, rr, Hkv, G, Qn);
         diag[r] = L - Qn + rr % Qn;
-        for (int ci = 0; ci < NCOL; ci++)
-            acc[r][ci] = 0.0f;
+        sh[r] = 1.0f;
     }
-    if (t < RQ) {
-        m_l[t] = -INFINITY;
-        l_l[t] = 0.0f;
-    }
-    barrier(CLK_LOCAL_MEM_FENCE);
-    for (int k0 = k_lo; k0 < k_hi; k0 += WG) {
-        int kk = k0 + t, nk = min(WG, k_hi - k0);
-        float a[RQ];
-        #pragma unroll
+    if (t == 0)
+        ovf[0] = 0;
+    for (int pass = 0; pass < 2; pass++) {
         for (int r = 0; r < RQ; r++)
-            a[r] = 0.0f;
-        for (int c0 = 0; c0 < d; c0 += KCP) {
-            dgpu_stage_k(Ks, kb + (size_t)k0 * d, nk, c0, d, t);
-            barrier(CLK_LOCAL_MEM_FENCE);
-            dgpu_dot(a, qs, Ks, c0, d, t);
-            barrier(CLK_LOCAL_MEM_FENCE);
-        }
-        dgpu_scores(S, a, kk, k_hi, scale, slopes != 0, slope, diag, lo, hi, fill, t);
-        barrier(CLK_LOCAL_MEM_FENCE);
-        if (t < RQ)
-            dgpu_max(S, m_l, mz_l, corr_l, t);
-        barrier(CLK_LOCAL_MEM_FENCE);
-        for (int r = 0; r < RQ; r++)
-            S[r][t] = exp(S[r][t] - mz_l[r]);
-        barrier(CLK_LOCAL_MEM_FENCE);
+            for (int ci = 0; ci < NCOL; ci++)
+                acc[r][ci] = 0.0f;
         if (t < RQ) {
-            float sum = 0.0f;
-            for (int j = 0; j < WG; j++)
-                sum += S[t][j];
-            l_l[t] = l_l[t] * corr_l[t] + sum;
+            m_l[t] = -INFINITY;
+            l_l[t] = 0.0f;
         }
-        dgpu_pv(acc, S, corr_l, vb + (size_t)k0 * dv, nk, dv, t);
         barrier(CLK_LOCAL_MEM_FENCE);
+        for (int k0 = k_lo; k0 < k_hi; k0 += WG) {
+            int kk = k0 + t, nk = min(WG, k_hi - k0);
+            float a[RQ];
+            #pragma unroll
+            for (int r = 0; r < RQ; r++)
+                a[r] = 0.0f;
+            for (int c0 = 0; c0 < d; c0 += KCP) {
+                dgpu_stage_k(Ks, kb + (size_t)k0 * d, nk, c0, d, t);
+                barrier(CLK_LOCAL_MEM_FENCE);
+                dgpu_dot(a, qs, Ks, c0, d, t);
+                barrier(CLK_LOCAL_MEM_FENCE);
+            }
+            dgpu_scores(S, a, kk, k_hi, scale, slopes != 0, slope, diag, lo, hi, fill, t);
+            barrier(CLK_LOCAL_MEM_FENCE);
+            if (t < RQ)
+                dgpu_max(S, m_l, mz_l, corr_l, t);
+            barrier(CLK_LOCAL_MEM_FENCE);
+            for (int r = 0; r < RQ; r++)
+                S[r][t] = exp(S[r][t] - mz_l[r]) * sh[r];
+            barrier(CLK_LOCAL_MEM_FENCE);
+            if (t < RQ) {
+                float sum = 0.0f;
+                for (int j = 0; j < WG; j++)
+                    sum += S[t][j];
+                l_l[t] = l_l[t] * corr_l[t] + sum;
+            }
+            dgpu_pv(acc, S, corr_l, vb + (size_t)k0 * dv, nk, dv, t);
+            barrier(CLK_LOCAL_MEM_FENCE);
+        }
+        if (pass)
+            break;
+        /* rows whose sums overflowed: once more with their weights scaled (see the top) */
+        dgpu_overflow(ovf, acc, l_l, nr, dv, t);
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (!ovf[0])
+            break;
+        for (int r = 0; r < RQ; r++)
+            sh[r] = ovf[0] >> r & 1 ? clattn_overflow_shift(k_hi - k_lo, 1.0f) : 1.0f;
     }
     for (int r = 0; r < nr; r++) {
         __global float *p = part + ((base + r) * nsplit + s) * (dv + 2);
+        float f = norm_of(l_l[r]);
         for (int ci = 0; ci < NCOL; ci++)
             if (t + WG * ci < dv)
-                p[t + WG * ci] = acc[r][ci];
+                p[t + WG * ci] = acc[r][ci] * f;
     }
     if (t < nr)
-        store_state(part, base + t, nsplit, s, dv, m_l[t], l_l[t]);
+        store_state(part, base + t, nsplit, s, dv, m_l[t], l_l[t], sh[t]);
 }
 
-/* out and lse of each query row from its splits' states: weights exp(mz_s - M) over the splits
- * that saw a key with a weight (l > 0), M their largest mz. A split whose scores were all -inf
- * weighs 0 (its acc, 0 or NaN from 0 * v, passes through 0 *); none left gives 0 / 0 = NaN and an
- * LSE of -inf, as one attention op over blocked keys; a sequence with no keys (L = 0) gives 0
- * and -inf, as PyTorch's softmax over no keys times an empty V. One work-item per cpi output
- * columns of a row (all of them on CPUs: one exponential per split; one on GPUs), accumulating
- * in the output row itself. */
+/* out and lse of each query row from its splits' states: weights l_s exp(mz_s - M) / sum over the
+ * splits that saw a key with a weight (l > 0), M their largest mz, sum the weights' (normalised
+ * first, so that the sum of the splits' outputs stays within their largest). A split whose
+ * scores were all -inf weighs 0 (its output, 0 or NaN from 0 * v, passes through 0 *); none left
+ * gives NaN and an LSE of -inf, as one attention op over blocked keys; a sequence with no keys
+ * (L = 0) gives 0 and -inf, as PyTorch's softmax over no keys times an empty V. One work-item
+ * per cpi output columns of a row (all of them on CPUs; one on GPUs), accumulating in the output
+ * row itself. */
 __kernel void decode_merge(__global const float *part, int nsplit, int dv, int cpi,
                            int rows_per_seq, __global const int *lens, int lens_off, int Kmax,
                            int A, __global float *out, int out_off, __global float *lse,
@@ -482,16 +559,20 @@ __kernel void decode_merge(__global const float *part, int nsplit, int dv, int c
         if (l != 0.0f && mz > M)
             M = mz;
     }
+    for (int s = 0; s < nsplit; s++) {
+        float l = p[s * st + dv + 1];
+        sum += l != 0.0f ? l * exp(p[s * st + dv] - M) : 0.0f;
+    }
+    float inv = 1.0f / sum;
     for (int c = c_lo; c < c_hi; c++)
         o[c] = 0.0f;
     for (int s = 0; s < nsplit; s++) {
-        float l = p[s * st + dv + 1], w = l != 0.0f ? exp(p[s * st + dv] - M) : 0.0f;
-        sum += l != 0.0f ? l * w : 0.0f;
+        float l = p[s * st + dv + 1], w = l != 0.0f ? l * exp(p[s * st + dv] - M) * inv : 0.0f;
         for (int c = c_lo; c < c_hi; c++)
             o[c] += p[s * st + c] * w;
     }
     for (int c = c_lo; c < c_hi; c++)
-        o[c] = L == 0 ? 0.0f : o[c] / sum;
+        o[c] = L == 0 ? 0.0f : sum == 0.0f ? NAN : o[c];
     if (lse && ci == 0)
         lse[lse_off + row] = L == 0 ? -INFINITY : M + log(sum);
 }

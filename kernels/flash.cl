@@ -253,25 +253,30 @@ static inline float16 skipped16(__global const float *vt, __global const float *
 /* A work-item's row group: its QR rows (rows past nq recompute the last one), each row's open
  * keys [lo, limit), over the group the highest and lowest limit and lo, and the online softmax's
  * state between key blocks: running maxima m, sums l and unnormalised outputs acc; done once the
- * group has skipped the rest of the keys. */
+ * group has skipped the rest of the keys. sh: each row's weight factor (1, or its overflow shift
+ * when the item redoes it, see flash_cpu), shifted: whether some row's is not 1. */
 typedef struct {
     float16 acc[QR][NVD], l[QR];
-    float m[QR];
+    float m[QR], sh[QR];
     int row[QR], limit[QR], lo[QR];
-    int max_limit, min_limit, max_lo, min_lo, done;
+    int max_limit, min_limit, max_lo, min_lo, done, shifted;
 } cpu_group;
 
 TILE_INLINE void cpu_group_init(cpu_group *g, int row0, int nq, int nk, int d0,
-                                  __global const int *lens, int lens_off, int lens_mode, int4 win)
+                                  __global const int *lens, int lens_off, int lens_mode, int4 win,
+                                  const float *sh)
 {
     g->max_limit = 0;
     g->min_limit = nk;
     g->max_lo = 0;
     g->min_lo = nk;
     g->done = 0;
+    g->shifted = 0;
     #pragma unroll
     for (int r = 0; r < QR; r++) {
         int q = min(row0 + r, nq - 1);
+        g->sh[r] = sh[r];
+        g->shifted |= sh[r] != 1.0f;
         g->m[r] = -INFINITY;
         g->l[r] = (float16)(0.0f);
         #pragma unroll
@@ -391,6 +396,18 @@ TILE_INLINE int cpu_probs(float16 s[QR][NKV], float *m, float16 pb[QR][NKV], flo
     return grew;
 }
 
+/* The probabilities and their sums times the rows' weight factors (exact: powers of two). */
+TILE_INLINE void cpu_shift(float16 pb[QR][NKV], float16 *ps, const float *sh)
+{
+    #pragma unroll
+    for (int r = 0; r < QR; r++) {
+        ps[r] *= (float16)(sh[r]);
+        #pragma unroll
+        for (int j = 0; j < NKV; j++)
+            pb[r][j] *= (float16)(sh[r]);
+    }
+}
+
 /* The rows' sums l rescaled by their corrections and raised by the block's ps; cd becomes the
  * corrections themselves (1 when no maximum grew: no exponentials then). */
 TILE_INLINE void cpu_sums(float16 *l, const float16 *ps, float cd[16], int grew)
@@ -431,6 +448,25 @@ TILE_INLINE void cpu_pv(float16 acc_mem[QR][NVD], float16 pb[QR][NKV], const flo
     }
 }
 
+/* Gives each row of the item's groups (from row0) whose sum or outputs are not finite the factor
+ * `shift`; returns whether there was one. */
+TILE_INLINE int cpu_mark_overflow(const cpu_group *grp, float sh[QG][QR], float shift, int row0,
+                                  int nq)
+{
+    int any = 0;
+    for (int gi = 0; gi < QG && row0 + gi * QR < nq; gi++) {
+        for (int r = 0; r < QR; r++) {
+            int bad = clattn_nonfinite16(grp[gi].l[r]);
+            for (int c = 0; c < NVD; c++)
+                bad |= clattn_nonfinite16(grp[gi].acc[r][c]);
+            if (bad)
+                sh[gi][r] = shift;
+            any |= bad;
+        }
+    }
+    return any;
+}
+
 /* The group's normalised outputs (and log-sum-exps when lse) for its rows below nq; the padding
  * columns past dv stay unwritten. */
 TILE_INLINE void cpu_store(const cpu_group *g, int row0, int nq, int dv, __global OTYPE *O,
@@ -441,8 +477,9 @@ TILE_INLINE void cpu_store(const cpu_group *g, int row0, int nq, int dv, __globa
         if (row0 + r >= nq)
             break;
         float sum = hsum16(g->l[r]), inv = 1.0f / sum;
-        if (lse)
-            lse[lse_off + (size_t)bb * lse_s.x + (size_t)g->row[r] * lse_s.y] = g->m[r] + log(sum);
+        if (lse) /* the sum without the weight factor: exact */
+            lse[lse_off + (size_t)bb * lse_s.x + (size_t)g->row[r] * lse_s.y] =
+                g->m[r] + log(sum / g->sh[r]);
         __global OTYPE *o = O + flash_at(ol, D1, bb, g->row[r]);
         #pragma unroll
         for (int c = 0; c < NVD; c++) {
@@ -467,7 +504,12 @@ TILE_INLINE void cpu_store(const cpu_group *g, int row0, int nq, int dv, __globa
  * Key blocks are taken from the item's first block (the lowest of its rows' windows) on, then
  * the blocks below it: those are blocked for every row of the item, and are skipped outright
  * (their zero-weight sums from vh) unless some row's maximum is still within NEGLIGIBLE of the
- * fill when they come (every key so far blocked, or a fill near the scores). */
+ * fill when they come (every key so far blocked, or a fill near the scores).
+ * Values within a factor nk of FLT_MAX can overflow the unnormalised outputs where the average
+ * is finite: the item then computes the rows that ended with a sum or an output not finite once
+ * more, their weights scaled by clattn_overflow_shift (common.cl), and the other rows bit for bit
+ * as before. Rows that are not finite for another reason (a NaN or an infinity among the inputs)
+ * come out the same the second time. */
 __kernel void flash_cpu(__global const float *Q, int4 ql, __global const float *kt,
                         __global const float *V, int4 vl, __global const float *vt,
                         int vt_off, __global const float *vh, int vh_off, __global OTYPE *O,
@@ -482,73 +524,87 @@ __kernel void flash_cpu(__global const float *Q, int4 ql, __global const float *
     const float negligible = fill + NEGLIGIBLE;
     const float slope = clattn_slope(slopes, slopes_off, ss, d0, d1);
     cpu_group grp[QG]; /* in memory; one group's scores and outputs at a time in registers */
-    int first = nblk - 1; /* the item's first key block */
-    for (int gi = 0; gi < QG; gi++) {
-        cpu_group_init(&grp[gi], (item * QG + gi) * QR, nq, nk, d0, lens, lens_off, lens_mode,
-                       win);
-        first = min(first, grp[gi].min_lo / KB);
-    }
-    for (int it = 0; it < nblk; it++) {
-        int blk = it + first < nblk ? it + first : it + first - nblk;
-        int kbase = blk * KB, any = 0, lead = blk < first; /* lead: blocked for every row */
-        __global const float *ktb = kt + (size_t)(kb * nblk + blk) * d * KB;
-        __global const float *vb = V + flash_at(vl, D1 / G, kb, kbase);
-        /* every value row from this block on finite (its zero-weight sums are 0) */
-        int vfinite = vt != 0;
-        for (int c = 0; vfinite && c < NVD; c++)
-            vfinite = all(vload16(c, vt + vt_off + (size_t)(kb * nblk + blk) * DVP) ==
-                          (float16)(0.0f));
-        #pragma unroll 1
+    float sh[QG][QR];  /* the rows' weight factors */
+    for (int gi = 0; gi < QG; gi++)
+        for (int r = 0; r < QR; r++)
+            sh[gi][r] = 1.0f;
+    #pragma unroll 1
+    for (int pass = 0; pass < 2; pass++) {
+        int first = nblk - 1; /* the item's first key block */
         for (int gi = 0; gi < QG; gi++) {
-            if ((item * QG + gi) * QR >= nq)
-                break; /* this and later groups lie past nq */
-            cpu_group *g = &grp[gi];
-            if (g->done)
-                continue;
-            int all_negligible = 1;
-            #pragma unroll
-            for (int r = 0; r < QR; r++)
-                all_negligible &= g->m[r] > negligible;
-            if (all_negligible && (lead || kbase >= g->max_limit)) {
-                /* every key left for this group is blocked and weighs exactly 0: from this block
-                 * to the end unless it is a lead block, and the lead blocks (all of them: a row
-                 * that was not negligible when they began stays so through blocked keys) */
-                cpu_skip_rest(g, vt ? vt + vt_off : 0, vh ? vh + vh_off : 0, (size_t)kb * nblk,
-                              lead ? -1 : blk, first);
-                continue;
-            }
-            any = 1;
-            __global const float *qr[QR];
-            #pragma unroll
-            for (int r = 0; r < QR; r++)
-                qr[r] = Q + flash_at(ql, D1, bb, g->row[r]);
-            float16 s[QR][NKV], pb[QR][NKV], ps[QR]; /* pb: read back one key at a time in P V */
-            float cd[16];
-            cpu_scores(s, qr, ktb, d, scale);
-            cpu_addends(s, g, kbase, nq, nk, d0, d1, bias, bias_off, bs, slopes, slope);
-            if (mask || kbase + KB > g->min_limit || kbase < g->max_lo) /* blocked or padding */
-                cpu_mask(s, g, kbase, nk, d0, d1, mask, mask_off, ms, fill);
-            int zero_blocked, grew = cpu_probs(s, g->m, pb, ps, cd, negligible, &zero_blocked);
-            if (drop) {
-                for (int r = 0; r < QR; r++)
-                    for (int j = 0; j < NKV; j++)
-                        pb[r][j] = drop16(pb[r][j], ((ulong)bb * nq + g->row[r]) * nk + kbase +
-                                          16 * j, seed, offset, threshold, dscale);
-            }
-            cpu_sums(g->l, ps, cd, grew);
-            /* P V over the keys some row of the group sees, when the others (below every row's
-             * window, past every row's limit) weigh exactly 0 and their value rows are finite:
-             * then their products are all 0 and skipping them changes nothing. The window's
-             * edge blocks and the causal diagonal's: 1.02-1.05x on a window of 512
-             * (BENCHMARKS.md). */
-            int klo = 0, khi = KB;
-            if (zero_blocked && vfinite) {
-                klo = clamp(g->min_lo - kbase, 0, KB);
-                khi = clamp(g->max_limit - kbase, klo, KB);
-            }
-            cpu_pv(g->acc, pb, cd, vb, vl.w, klo, khi);
+            cpu_group_init(&grp[gi], (item * QG + gi) * QR, nq, nk, d0, lens, lens_off, lens_mode,
+                           win, sh[gi]);
+            first = min(first, grp[gi].min_lo / KB);
         }
-        if (!any)
+        for (int it = 0; it < nblk; it++) {
+            int blk = it + first < nblk ? it + first : it + first - nblk;
+            int kbase = blk * KB, any = 0, lead = blk < first; /* lead: blocked for every row */
+            __global const float *ktb = kt + (size_t)(kb * nblk + blk) * d * KB;
+            __global const float *vb = V + flash_at(vl, D1 / G, kb, kbase);
+            /* every value row from this block on finite (its zero-weight sums are 0) */
+            int vfinite = vt != 0;
+            for (int c = 0; vfinite && c < NVD; c++)
+                vfinite = all(vload16(c, vt + vt_off + (size_t)(kb * nblk + blk) * DVP) ==
+                              (float16)(0.0f));
+            #pragma unroll 1
+            for (int gi = 0; gi < QG; gi++) {
+                if ((item * QG + gi) * QR >= nq)
+                    break; /* this and later groups lie past nq */
+                cpu_group *g = &grp[gi];
+                if (g->done)
+                    continue;
+                int all_negligible = 1;
+                #pragma unroll
+                for (int r = 0; r < QR; r++)
+                    all_negligible &= g->m[r] > negligible;
+                if (all_negligible && (lead || kbase >= g->max_limit)) {
+                    /* every key left for this group is blocked and weighs exactly 0: from this
+                     * block to the end unless it is a lead block, and the lead blocks (all of
+                     * them: a row that was not negligible when they began stays so through
+                     * blocked keys) */
+                    cpu_skip_rest(g, vt ? vt + vt_off : 0, vh ? vh + vh_off : 0, (size_t)kb * nblk,
+                                  lead ? -1 : blk, first);
+                    continue;
+                }
+                any = 1;
+                __global const float *qr[QR];
+                #pragma unroll
+                for (int r = 0; r < QR; r++)
+                    qr[r] = Q + flash_at(ql, D1, bb, g->row[r]);
+                /* pb: read back one key at a time in P V */
+                float16 s[QR][NKV], pb[QR][NKV], ps[QR];
+                float cd[16];
+                cpu_scores(s, qr, ktb, d, scale);
+                cpu_addends(s, g, kbase, nq, nk, d0, d1, bias, bias_off, bs, slopes, slope);
+                if (mask || kbase + KB > g->min_limit || kbase < g->max_lo) /* blocked or padding */
+                    cpu_mask(s, g, kbase, nk, d0, d1, mask, mask_off, ms, fill);
+                int zero_blocked, grew = cpu_probs(s, g->m, pb, ps, cd, negligible, &zero_blocked);
+                if (g->shifted)
+                    cpu_shift(pb, ps, g->sh);
+                if (drop) {
+                    for (int r = 0; r < QR; r++)
+                        for (int j = 0; j < NKV; j++)
+                            pb[r][j] = drop16(pb[r][j], ((ulong)bb * nq + g->row[r]) * nk + kbase +
+                                              16 * j, seed, offset, threshold, dscale);
+                }
+                cpu_sums(g->l, ps, cd, grew);
+                /* P V over the keys some row of the group sees, when the others (below every row's
+                 * window, past every row's limit) weigh exactly 0 and their value rows are finite:
+                 * then their products are all 0 and skipping them changes nothing. The window's
+                 * edge blocks and the causal diagonal's: 1.02-1.05x on a window of 512
+                 * (BENCHMARKS.md). */
+                int klo = 0, khi = KB;
+                if (zero_blocked && vfinite) {
+                    klo = clamp(g->min_lo - kbase, 0, KB);
+                    khi = clamp(g->max_limit - kbase, klo, KB);
+                }
+                cpu_pv(g->acc, pb, cd, vb, vl.w, klo, khi);
+            }
+            if (!any)
+                break;
+        }
+        if (pass || !cpu_mark_overflow(grp, sh, clattn_overflow_shift(nk, drop ? dscale : 1.0f),
+                                       item * QG * QR, nq))
             break;
     }
     for (int gi = 0; gi < QG; gi++)
@@ -584,10 +640,16 @@ static inline void gpu_load_q(float4 *q, __global const QTYPE *qrow, int d)
         ((float *)q)[e] = e < d ? CLATTN_LOAD(QT, qrow + e) : 0.0f;
 }
 
-/* The online softmax's state: empty, or (resume) as the launch before left it (see flash_gpu). */
-static inline void gpu_resume(float4 *acc, float *m, float *l, int resume,
-                              __global const float *st, __global const float *arow, int dv)
+/* The online softmax's state: empty, or (resume) as the launch before left it (see flash_gpu).
+ * *sh: the row's weight factor, `shift` when the saved sum's sign says the launch before used
+ * it or when `redo` asks for it (the saved sum and outputs then scaled to it), else 1. */
+static inline void gpu_resume(float4 *acc, float *m, float *l, float *sh, float shift, int redo,
+                              int resume, __global const float *st, __global const float *arow,
+                              int dv)
 {
+    int saved = resume && signbit(st[1]);
+    float f = redo && !saved ? shift : 1.0f; /* the saved state's scale */
+    *sh = redo || saved ? shift : 1.0f;
     *m = -INFINITY;
     *l = 0.0f;
     GPU_UNROLL
@@ -595,11 +657,11 @@ static inline void gpu_resume(float4 *acc, float *m, float *l, int resume,
         acc[c] = (float4)(0.0f);
     if (resume) {
         *m = st[0];
-        *l = st[1];
+        *l = fabs(st[1]) * f;
         GPU_UNROLL
         for (int c = 0; c < DVP; c++)
             if (c < dv)
-                ((float *)acc)[c] = arow[c];
+                ((float *)acc)[c] = arow[c] * f;
     }
 }
 
@@ -653,9 +715,9 @@ static inline float gpu_scores(float *s, const float4 *q, __local float4 (*Ks)[D
 }
 
 /* The online softmax's step over the tile (scores s, their maximum bm, values Vs): m, l and acc
- * rescaled to the new maximum, then the keys' probabilities summed into l and, after dropout
- * (stream elements e0 + k), their value rows into acc. */
-static inline void gpu_step(float4 *acc, float *m, float *l, const float *s, float bm,
+ * rescaled to the new maximum, then the keys' probabilities (times the weight factor sh) summed
+ * into l and, after dropout (stream elements e0 + k), their value rows into acc. */
+static inline void gpu_step(float4 *acc, float *m, float *l, const float *s, float bm, float sh,
                             __local float4 (*Vs)[DVP / 4], int drop, ulong e0, uint2 seed,
                             uint2 offset, uint threshold, float dscale)
 {
@@ -666,7 +728,7 @@ static inline void gpu_step(float4 *acc, float *m, float *l, const float *s, flo
     for (int c = 0; c < DVP / 4; c++)
         acc[c] *= corr;
     for (int k = 0; k < BK; k++) {
-        float p = exp(s[k] - mz);
+        float p = exp(s[k] - mz) * sh;
         *l += p;
         if (drop)
             p *= clattn_dropout_keep(e0 + k, seed, offset, threshold) ? dscale : 0.0f;
@@ -677,17 +739,28 @@ static inline void gpu_step(float4 *acc, float *m, float *l, const float *s, flo
     *m = mn;
 }
 
-/* A launch that ends before nk leaves the row's state for the next (see flash_gpu). */
-static inline void gpu_save(__global float *st, __global float *arow, float m, float l, int stop,
-                            const float4 *acc, int dv)
+/* A launch that ends before nk leaves the row's state for the next (see flash_gpu): the sum's
+ * sign bit set when its weight factor sh is not 1. */
+static inline void gpu_save(__global float *st, __global float *arow, float m, float l, float sh,
+                            int stop, const float4 *acc, int dv)
 {
     st[0] = m;
-    st[1] = l;
+    st[1] = copysign(l, sh != 1.0f ? -1.0f : 1.0f);
     st[2] = as_float(stop);
     GPU_UNROLL
     for (int c = 0; c < DVP; c++)
         if (c < dv)
             arow[c] = ((const float *)acc)[c];
+}
+
+/* Whether the row's sum or an output is not finite. */
+static inline int gpu_nonfinite(const float4 *acc, float l)
+{
+    int bad = clattn_nonfinite(l);
+    GPU_UNROLL
+    for (int c = 0; c < DVP / 4; c++)
+        bad |= any((as_uint4(acc[c]) & (uint4)(0x7f800000u)) == (uint4)(0x7f800000u));
+    return bad;
 }
 
 /* The row's outputs acc / l, plus the skipped keys' zero-weight sums z and zh (NULL: none). */
@@ -732,8 +805,9 @@ void flash_gpu(__global const QTYPE *Q, int4 ql, __global const KTYPE *K, int4 k
     /* float4 rows: every item reads the same key (a broadcast), 4 values per local load */
     __local float4 Ks[BK][DP / 4], Vs[BK][DVP / 4];
     __local int need, lo_min;
-    __local int resumed_stop[1]; /* an array: clang takes a __local scalar that one item writes
-                                    for a private one and warns that the others read it unset */
+    __local int resumed_stop[1], overflow[1]; /* arrays: clang takes a __local scalar that one
+                                    item writes for a private one and warns that the others read
+                                    it unset */
     int t = get_local_id(0), bb = get_group_id(1);
     int row = get_group_id(0) * BQ + t, rowc = min(row, nq - 1);
     int d0 = bb / D1, d1 = bb % D1, kb = d0 * (D1 / G) + d1 / G; /* kb: the K/V batch */
@@ -758,59 +832,75 @@ void flash_gpu(__global const QTYPE *Q, int4 ql, __global const KTYPE *K, int4 k
                                 : 0;
 #endif
     float4 q[DP / 4], acc[DVP / 4];
-    float m, l;
+    float m, l, sh, shift = clattn_overflow_shift(nk, drop ? dscale : 1.0f);
     gpu_load_q(q, Q + flash_at(ql, D1, bb, rowc), d);
-    /* Each row resumes its own state only: padding items (row >= nq) vote in nothing and store
-     * nothing, and the stop, the same for every row of the group, comes from item 0's row (a
-     * real one) through local memory, so no item reads what another writes in this launch. */
-    gpu_resume(acc, &m, &l, k_lo > 0 && row < nq, st, arow, dv);
     if (t == 0) {
         resumed_stop[0] = k_lo > 0 ? as_int(st[2]) : -1;
+        overflow[0] = 0;
         lo_min = nk;
     }
     barrier(CLK_LOCAL_MEM_FENCE);
-    int stop = resumed_stop[0]; /* see above */
     /* the group's first tile; the barrier is unconditional: behind `if (vh)` (uniform, legal),
      * PoCL 6.0's loop-vectorizing work-group method replicated the whole tile loop once per
      * incoming barrier and took over 12 minutes to build the kernel */
-    int first = 0;
+    int first = 0, stop = -1, redo = 0;
     if (vh && row < nq)
         atomic_min(&lo_min, keys.lo);
     barrier(CLK_LOCAL_MEM_FENCE);
     if (vh)
         first = min(lo_min / BK, nblk - 1);
-    for (int it = k_lo / BK; stop < 0 && it * BK < k_hi; it++) {
-        int tile = it + first < nblk ? it + first : it + first - nblk;
-        int kbase = tile * BK, lead = tile < first; /* lead: blocked for every row */
-        if (t == 0)
-            need = 0;
-        barrier(CLK_LOCAL_MEM_FENCE);
-        if (row < nq && ((!lead && kbase < keys.limit) || !(m > fill + NEGLIGIBLE)))
-            atomic_or(&need, 1);
-        barrier(CLK_LOCAL_MEM_FENCE);
-        if (!need) {
-            /* uniform: every row's remaining keys are blocked and negligible (the lead tiles
-             * too: a row not negligible when they begin stays so through blocked keys) */
-            stop = lead ? nblk : tile;
-            break;
+    /* Rows whose sum or outputs overflowed (values within a factor nk of FLT_MAX) take the
+     * launch's keys once more with their weights scaled by `shift` (see flash_cpu); the rows of
+     * a group go round together, as its barriers need. */
+    for (int pass = 0; pass < 2; pass++) {
+        /* Each row resumes its own state only: padding items (row >= nq) vote in nothing and
+         * store nothing, and the stop, the same for every row of the group, comes from item 0's
+         * row (a real one) through local memory, so no item reads what another writes in this
+         * launch. */
+        gpu_resume(acc, &m, &l, &sh, shift, redo, k_lo > 0 && row < nq, st, arow, dv);
+        stop = resumed_stop[0];
+        for (int it = k_lo / BK; stop < 0 && it * BK < k_hi; it++) {
+            int tile = it + first < nblk ? it + first : it + first - nblk;
+            int kbase = tile * BK, lead = tile < first; /* lead: blocked for every row */
+            if (t == 0)
+                need = 0;
+            barrier(CLK_LOCAL_MEM_FENCE);
+            if (row < nq && ((!lead && kbase < keys.limit) || !(m > fill + NEGLIGIBLE)))
+                atomic_or(&need, 1);
+            barrier(CLK_LOCAL_MEM_FENCE);
+            if (!need) {
+                /* uniform: every row's remaining keys are blocked and negligible (the lead
+                 * tiles too: a row not negligible when they begin stays so through blocked
+                 * keys) */
+                stop = lead ? nblk : tile;
+                break;
+            }
+            gpu_stage(Ks, Vs, K + flash_at(kl, D1 / G, kb, 0), kl.w,
+                      V + flash_at(vl, D1 / G, kb, 0), vl.w, kbase, nk, d, dv, t);
+            barrier(CLK_LOCAL_MEM_FENCE);
+            float s[BK];
+            float bm = gpu_scores(s, q, Ks, kbase, nk, scale, keys);
+            gpu_step(acc, &m, &l, s, bm, sh, Vs, drop, ((ulong)bb * nq + rowc) * nk + kbase, seed,
+                     offset, threshold, dscale);
+            barrier(CLK_LOCAL_MEM_FENCE);
         }
-        gpu_stage(Ks, Vs, K + flash_at(kl, D1 / G, kb, 0), kl.w, V + flash_at(vl, D1 / G, kb, 0),
-                  vl.w, kbase, nk, d, dv, t);
+        if (pass)
+            break;
+        redo = row < nq && sh == 1.0f && gpu_nonfinite(acc, l);
+        if (redo)
+            atomic_or(&overflow[0], 1);
         barrier(CLK_LOCAL_MEM_FENCE);
-        float s[BK];
-        float bm = gpu_scores(s, q, Ks, kbase, nk, scale, keys);
-        gpu_step(acc, &m, &l, s, bm, Vs, drop, ((ulong)bb * nq + rowc) * nk + kbase, seed, offset,
-                 threshold, dscale);
-        barrier(CLK_LOCAL_MEM_FENCE);
+        if (!overflow[0])
+            break;
     }
     if (row >= nq)
         return;
     if (k_hi < nk) {
-        gpu_save(st, arow, m, l, stop, acc, dv);
+        gpu_save(st, arow, m, l, sh, stop, acc, dv);
         return;
     }
     if (lse)
-        lse[lse_off + (size_t)bb * lse_s.x + (size_t)row * lse_s.y] = m + log(l);
+        lse[lse_off + (size_t)bb * lse_s.x + (size_t)row * lse_s.y] = m + log(l / sh);
     __global const float *z =
         vt && stop >= 0 && stop < nblk ? vt + vt_off + ((size_t)kb * nblk + stop) * DVP : 0;
     __global const float *zh =

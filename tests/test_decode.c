@@ -288,6 +288,19 @@ static void test_negative_scores(void **s)
           {2, 4, 2, 2, 600, 16, 16, {300, 599}, 0, 0, 1, 1, 10, -1, -1e6f, 400, .negative = 1});
 }
 
+/* Values near FLT_MAX with near-uniform weights: a split's unnormalised sums pass FLT_MAX while
+ * the average is finite, so its rows are redone with scaled weights, and the merge weighs the
+ * splits' normalised outputs with normalised weights. One split and many, appends with causal
+ * rows, a window with -inf fills. */
+static void test_huge_values(void **s)
+{
+    (void)s;
+    CASES({1, 2, 1, 1, 40, 8, 8, {39}, .qscale = 1e-3, .vscale = 3e38},
+          {1, 4, 2, 1, 1000, 16, 16, {999}, .qscale = 1e-3, .vscale = 3e38},
+          {2, 8, 2, 3, 600, 32, 24, {500, 7}, 1, 1, 1, .qscale = 1e-3, .vscale = 3e38},
+          {1, 4, 2, 2, 600, 16, 16, {550}, 0, 0, 1, 1, 400, -1, -INFINITY, 1e-3, 3e38});
+}
+
 /* A long cache: many splits to merge. */
 static void test_long(void **s)
 {
@@ -433,6 +446,7 @@ int main(void)
         cmocka_unit_test(test_masks_and_values),
         cmocka_unit_test(test_negative_scores),
         cmocka_unit_test(test_long),
+        cmocka_unit_test(test_huge_values),
         cmocka_unit_test(test_alibi),
         cmocka_unit_test(test_sync_rejects_lens),
         cmocka_unit_test(test_16bit),

@@ -28,7 +28,7 @@ static const struct {
     {"cpu", "matmul=cpu,softmax=cpu,attention=cpu,decode=cpu"},
     {"gpu", "matmul=gpu,softmax=gpu,attention=gpu,decode=gpu"},
     {"gpu-small", "matmul=gpu:TSM=16:TSN=8:TSK=4:WPTM=2:WPTN=2:LOOPS=600,softmax=gpu:WG=32,"
-                  "attention=gpu:BQ=16:BK=8:LOOPS=10000,decode=gpu:WG=8:RQ=3:SK=48:KC=24:LOOPS=4000"},
+                  "attention=gpu:BQ=16:BK=8:LOOPS=20000,decode=gpu:WG=8:RQ=3:SK=48:KC=24:LOOPS=8000"},
     {"unfused", "attention=unfused"},
 };
 #define NSETS (sizeof variant_sets / sizeof variant_sets[0])

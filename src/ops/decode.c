@@ -148,14 +148,16 @@ static clattn_status check_overlaps(clattn_context *ctx, const clattn_tensor *Q,
 }
 
 /* The decode_gpu launch's loop iterations per work-item (clattn__loop_budget's count, an upper
- * bound): fixed (q rows, state, stores) and per tile of WG keys (KC-column passes of the
- * scores, the rows' maxima and sums, the output columns). */
+ * bound): fixed (q rows, state twice, the overflow check, stores) and per tile of WG keys
+ * (KC-column passes of the scores, the rows' maxima and sums, the output columns), twice: a
+ * split whose sums overflowed takes its keys again. */
 static void gpu_loops(int RQ, int WG, int KC, int dp, int dvp, long *fixed, long *per_tile)
 {
     long ncol = (dvp + WG - 1) / WG, kc = KC < dp ? KC : dp, passes = (dp + kc - 1) / kc;
-    *fixed = (RQ * dp + WG - 1) / WG + 1 + RQ * (ncol + 2) + 1 + RQ * (ncol + 2) + 1;
-    *per_tile = (RQ + 1) + passes * (kc + 1 + kc * (RQ + 2) + 2) + 1 + 3 * (RQ + 1) +
-                2 * (WG + 1) + ncol * (3 * (RQ + 1) + WG * (RQ + 2) + 2) + 2;
+    *fixed = (RQ * dp + WG - 1) / WG + 1 + RQ * (ncol + 2) + 1 + 3 * (RQ * (ncol + 2) + 1) + 3 +
+             RQ + 1;
+    *per_tile = 2 * ((RQ + 1) + passes * (kc + 1 + kc * (RQ + 2) + 2) + 1 + 3 * (RQ + 1) +
+                     2 * (WG + 1) + ncol * (3 * (RQ + 1) + WG * (RQ + 2) + 2) + 2);
 }
 
 long clattn__decode_gpu_min_loops(const clattn_tuning *t)

@@ -257,13 +257,15 @@ fail:
 
 /* Loop iterations of one flash_gpu work-item (kernels/flash.cl), counted as clattn__loop_budget
  * asks: every iteration of every loop, plus one per loop entered. fixed: outside the key loop
- * (q, the outputs, a resumed or kept state); per_tile: one tile of BK keys. */
+ * (q, the outputs, a resumed or kept state, twice, and the overflow check); per_tile: one tile
+ * of BK keys, twice: a launch whose sums overflowed takes its keys again. */
 static void gpu_loops(int BQ, int BK, int dp, int dvp, int drop, long *fixed, long *per_tile)
 {
     long rounds = drop ? 11 : 0; /* clattn_philox's 10 rounds per key */
-    *fixed = (dp + 1) + 2 * (dvp + 1) + (dvp + 1) + 1;
-    *per_tile = 1 + ((long)BK * dp + BQ - 1) / BQ + 1 + ((long)BK * dvp + BQ - 1) / BQ + 1 +
-                (long)BK * (1 + dp + 1) + 1 + (dvp + 1) + (long)BK * (1 + rounds + dvp + 1) + 1;
+    *fixed = (dp + 1) + 2 * 2 * (dvp + 1) + (dvp / 4 + 1) + (dvp + 1) + 3;
+    *per_tile = 2 * (1 + ((long)BK * dp + BQ - 1) / BQ + 1 + ((long)BK * dvp + BQ - 1) / BQ + 1 +
+                     (long)BK * (1 + dp + 1) + 1 + (dvp + 1) +
+                     (long)BK * (1 + rounds + dvp + 1) + 1);
 }
 
 size_t clattn__flash_gpu_local(size_t BK, size_t dp, size_t dvp)
