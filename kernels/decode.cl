@@ -168,10 +168,10 @@ static inline void store_state(__global float *part, size_t row, int nsplit, int
     p[dv + 1] = l / sh;
 }
 
-/* What the outputs are multiplied by to normalise them: 1 / l, or 1 when l = 0 (see the top). */
+/* What the outputs are divided by to normalise them: l, or 1 when l = 0 (see the top). */
 static inline float norm_of(float l)
 {
-    return l != 0.0f ? 1.0f / l : 1.0f;
+    return l != 0.0f ? l : 1.0f;
 }
 
 /* The split's keys [k_lo, k_hi) for decode_cpu's RQ rows (see there): their running maxima m,
@@ -329,7 +329,7 @@ __kernel void decode_cpu(DECODE_PARAMS)
         __global float *p = part + ((base + r) * nsplit + s) * (dv + 2);
         float f = norm_of(l[r]);
         for (int c = 0; c < dv; c++)
-            p[c] = ((const float *)acc[r])[c] * f;
+            p[c] = ((const float *)acc[r])[c] / f;
         store_state(part, base + r, nsplit, s, dv, m[r], l[r], sh[r]);
     }
 }
@@ -527,7 +527,7 @@ void decode_gpu(DECODE_PARAMS)
         float f = norm_of(l_l[r]);
         for (int ci = 0; ci < NCOL; ci++)
             if (t + WG * ci < dv)
-                p[t + WG * ci] = acc[r][ci] * f;
+                p[t + WG * ci] = acc[r][ci] / f;
     }
     if (t < nr)
         store_state(part, base + t, nsplit, s, dv, m_l[t], l_l[t], sh[t]);
@@ -563,11 +563,10 @@ __kernel void decode_merge(__global const float *part, int nsplit, int dv, int c
         float l = p[s * st + dv + 1];
         sum += l != 0.0f ? l * exp(p[s * st + dv] - M) : 0.0f;
     }
-    float inv = 1.0f / sum;
     for (int c = c_lo; c < c_hi; c++)
         o[c] = 0.0f;
-    for (int s = 0; s < nsplit; s++) {
-        float l = p[s * st + dv + 1], w = l != 0.0f ? l * exp(p[s * st + dv] - M) * inv : 0.0f;
+    for (int s = 0; s < nsplit; s++) { /* divided: one split weighs exactly 1 */
+        float l = p[s * st + dv + 1], w = l != 0.0f ? l * exp(p[s * st + dv] - M) / sum : 0.0f;
         for (int c = c_lo; c < c_hi; c++)
             o[c] += p[s * st + c] * w;
     }

@@ -509,7 +509,8 @@ TILE_INLINE void cpu_store(const cpu_group *g, int row0, int nq, int dv, __globa
  * is finite: the item then computes the rows that ended with a sum or an output not finite once
  * more, their weights scaled by clattn_overflow_shift (common.cl), and the other rows bit for bit
  * as before. Rows that are not finite for another reason (a NaN or an infinity among the inputs)
- * come out the same the second time. */
+ * are computed twice too: their non-finite outputs stay so, the finite ones change only where a
+ * scaled weight falls below FLT_MIN (flushed here: 2^(J-126) of the row's largest). */
 __kernel void flash_cpu(__global const float *Q, int4 ql, __global const float *kt,
                         __global const float *V, int4 vl, __global const float *vt,
                         int vt_off, __global const float *vh, int vh_off, __global OTYPE *O,
@@ -787,7 +788,9 @@ static inline void gpu_store(__global OTYPE *orow, const float4 *acc, float l,
  * vote stopped or -1) per row in part at part_off, (nb, nq, 3) floats (a 16-bit O: the outputs
  * too, in float32 after them). The host splits the keys
  * so only on a device that bounds a work-item's loop iterations (flash.c); one launch of all keys
- * takes no part, and a split computes bit for bit what one launch does.
+ * takes no part, and a split computes bit for bit what one launch does (but for rows redone after
+ * an overflow that have weights below 2^(J-126) of their largest: one launch scales those from
+ * the first key, a split only from the launch that overflowed).
  * vt, vh: flash_vtail's and flash_vhead's sums (BKS = BK) or NULL, as for flash_cpu. The tiles
  * are taken from the group's first (the lowest of its rows' windows) on, then the tiles below it,
  * skipped outright unless some row is not yet negligible (see flash_cpu); a split divides that

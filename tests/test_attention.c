@@ -447,8 +447,9 @@ static void test_huge_values(void **s)
           {2, {2, 4}, 9, 129, 16, 16, {.causal = 1}, .hkv = 2, .qscale = 1e-3, .vscale = 3e38},
           {1, {2}, 12, 140, 8, 8, .qscale = 1e-3, .vscale = 1e38, .p = 0.5f, .seed = 7},
           {0, {0}, 33, 300, 16, 16, .qscale = 3, .vscale = 3e38},
-          /* -gpu-small's launches take 248 of these keys each: the sums overflow in the
-           * second, which scales the state the first left */
+          /* -gpu-small's launches take 240 of these keys each, and the values are huge from
+           * key 399 on: the sums overflow in the second launch, which scales the state the
+           * first left */
           {0, {0}, 20, 600, 16, 16, .qscale = 1e-3, .vscale = 3e38, .vscale_from = 400});
 }
 
@@ -806,7 +807,8 @@ static void test_split_launches(void **s)
          .kt = CLATTN_BFLOAT16, .vt = CLATTN_FLOAT16, .ot = CLATTN_FLOAT16},
         {1, {2}, 9, 500, 32, 24, {H_LENS_2D}, .vt = CLATTN_BFLOAT16, .ot = CLATTN_BFLOAT16},
         /* values near FLT_MAX: the rows are redone with scaled weights, in the first launch
-         * already or, for keys from 400, in a later one, scaling what the earlier left */
+         * already or, for values huge from key 399, in a later one, scaling what the earlier
+         * left */
         {1, {2}, 9, 500, 16, 16, .qscale = 1e-3, .vscale = 3e38},
         {0, {0}, 20, 600, 16, 16, .qscale = 1e-3, .vscale = 3e38, .vscale_from = 400},
     };
