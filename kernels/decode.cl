@@ -426,12 +426,6 @@ static inline void dgpu_pv(float (*acc)[NCOL], __local float (*S)[WG], __local f
     }
 }
 
-/* GPU shape: a work-group of WG items per (split, RQ rows, K/V head) walks the split's keys WG
- * at a time: the group stages the tile's keys in local memory, KC columns at a time (read
- * coalesced: the tile's rows lie one after another), item t scores key t of the tile for every
- * row (the rows of q in local memory), the first RQ items take one row's maximum and sum each,
- * and every item accumulates its NCOL output columns (t, t + WG, ...) over the tile's keys, so V
- * is read coalesced. */
 /* Item t's bits r of *ovf for the rows r < nr whose sum or item t's outputs are not finite. */
 static inline void dgpu_overflow(__local int *ovf, float (*acc)[NCOL], __local float *l_l,
                                  int nr, int dv, int t)
@@ -445,6 +439,12 @@ static inline void dgpu_overflow(__local int *ovf, float (*acc)[NCOL], __local f
     }
 }
 
+/* GPU shape: a work-group of WG items per (split, RQ rows, K/V head) walks the split's keys WG
+ * at a time: the group stages the tile's keys in local memory, KC columns at a time (read
+ * coalesced: the tile's rows lie one after another), item t scores key t of the tile for every
+ * row (the rows of q in local memory), the first RQ items take one row's maximum and sum each,
+ * and every item accumulates its NCOL output columns (t, t + WG, ...) over the tile's keys, so V
+ * is read coalesced. */
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
 void decode_gpu(DECODE_PARAMS)
 {

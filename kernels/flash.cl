@@ -759,8 +759,8 @@ static inline int gpu_nonfinite(const float4 *acc, float l)
 {
     int bad = clattn_nonfinite(l);
     GPU_UNROLL
-    for (int c = 0; c < DVP / 4; c++)
-        bad |= any((as_uint4(acc[c]) & (uint4)(0x7f800000u)) == (uint4)(0x7f800000u));
+    for (int c = 0; c < DVP; c++)
+        bad |= clattn_nonfinite(((const float *)acc)[c]);
     return bad;
 }
 
