@@ -385,7 +385,7 @@ void flash_bwd_cpu(__global const float *Q, int4 ql, __global const float *pk,
 {
     int ch = get_global_id(0), kb = get_global_id(1);
     int D1kv = D1 / G, d0 = kb / D1kv, kvh = kb % D1kv;
-    int b_lo = ch * nblk / nchunk, b_hi = (ch + 1) * nblk / nchunk;
+    int b_lo = (int)((long)ch * nblk / nchunk), b_hi = (int)((long)(ch + 1) * nblk / nchunk);
     const float negligible = fill + NEGLIGIBLE;
     __global const int *bad_rows = (__global const int *)rows + bad_off;
     __global float *dq = dQ + (size_t)ch * dq_cs;

@@ -213,9 +213,10 @@ static inline __attribute__((always_inline)) void gemm_strip(__global const floa
                        __global const float *bias)
 {
     /* The row panels are shared out evenly (at most RB each): PoCL hands each thread a contiguous
-     * run of work-groups, so equal work-items are what keeps both threads busy to the end. */
+     * run of work-groups, so equal work-items are what keeps both threads busy to the end.
+     * The products in long: rb * np passes 2^31 from about 1.6M rows (TM=6, RB=32). */
     int np = (M + TM - 1) / TM, nrb = (np + RB - 1) / RB;
-    int p0 = rb * np / nrb, p1 = (rb + 1) * np / nrb;
+    int p0 = (int)((long)rb * np / nrb), p1 = (int)((long)(rb + 1) * np / nrb);
     for (int k0 = 0; k0 < K; k0 += KC) {
         int kn = min(KC, K - k0);
         for (int pi = p0; pi < p1; pi++) {

@@ -101,12 +101,31 @@ static void test_primes(void **s)
     if (!h_small()) /* the 97s take minutes under Oclgrind */
         RUN({3, 97, 5, 59, 0, 0}, {1, 13, 97, 7, 0, 0});
 }
-/* Around the CPU register tile (12 x 32) and the GPU tile (16). */
+/* Around the CPU register tiles (TM x TN: 6 x 16 on AVX2, 6 x 64 on AVX-512) and the GPU tiles
+ * (16; 128 under -gpu). */
 static void test_tile_edges(void **s)
 {
     (void)s;
     RUN({1, 11, 31, 15, 0, 0}, {1, 12, 32, 16, 0, 0}, {1, 13, 33, 17, 0, 0}, {2, 24, 64, 1, 0, 0},
-        {1, 25, 65, 33, 0, 0});
+        {1, 25, 65, 33, 0, 0}, {1, 5, 63, 7, 0, 0}, {1, 7, 1, 65, 0, 0});
+    if (!h_small()) /* minutes under Oclgrind */
+        RUN({1, 127, 129, 9, 0, 0}, {1, 129, 128, 5, 0, 0}, {1, 128, 127, 3, 0, 0});
+}
+/* Matrix-vector shapes: one row of A, one column of B. */
+static void test_vector_shapes(void **s)
+{
+    (void)s;
+    RUN({1, 1, 37, 53, 0, 0}, {1, 29, 1, 41, 0, 0}, {3, 1, 19, 23, 0, 1}, {3, 17, 1, 29, 1, 0});
+}
+/* So many rows that the CPU kernel's share of row panels per work-item, rb * panels / items,
+ * passes 2^31 in 32-bit arithmetic (from about 1.6M rows at TM=6, RB=32; 420k under -cpu-alt):
+ * it wrote past C and left rows unset. */
+static void test_tall(void **s)
+{
+    (void)s;
+    if (h_small()) /* 1.6M rows under Oclgrind */
+        skip();
+    RUN({1, 1600003, 1, 1, 0, 0}, {1, 1600001, 2, 3, 0, 1});
 }
 static void test_large_batch(void **s) { (void)s; RUN({67, 5, 9, 11, 0, 0}); }
 static void test_shared_operands(void **s)
@@ -312,7 +331,8 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_one_by_one),   cmocka_unit_test(test_primes),
-        cmocka_unit_test(test_tile_edges),   cmocka_unit_test(test_large_batch),
+        cmocka_unit_test(test_tile_edges),   cmocka_unit_test(test_vector_shapes),
+        cmocka_unit_test(test_tall),         cmocka_unit_test(test_large_batch),
         cmocka_unit_test(test_shared_operands), cmocka_unit_test(test_larger),
         cmocka_unit_test(test_alpha_beta),   cmocka_unit_test(test_linear),
         cmocka_unit_test(test_offsets),      cmocka_unit_test(test_alpha_one_rounding),
