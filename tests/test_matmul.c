@@ -211,10 +211,9 @@ static void test_linear(void **s)
 }
 
 /* A view with an element offset inside a larger buffer, and an output next to live data. */
-static void test_offsets(void **s)
+/* A, B and C as views one after another in one buffer from element pad, the rest of it kept. */
+static void offsets_case(int M, int N, int K, int pad)
 {
-    (void)s;
-    int M = 9, N = 10, K = 11, pad = 5;
     size_t total = pad + (size_t)M * K + (size_t)K * N + (size_t)M * N + pad;
     float *all = malloc(total * 4);
     double *ref = malloc((size_t)M * N * 8), *mag = malloc((size_t)M * N * 8);
@@ -238,6 +237,15 @@ static void test_offsets(void **s)
     free(got);
     clattn_tensor_release(&buf);
     free(all); free(ref); free(mag);
+}
+
+/* Unaligned views, and views at aligned offsets that the tiled kernel reads as float4. */
+static void test_offsets(void **s)
+{
+    (void)s;
+    offsets_case(9, 10, 11, 5);
+    offsets_case(33, 36, 40, 4);
+    offsets_case(32, 48, 64, 8);
 }
 
 /* C = alpha * (A B) is one rounded product, as PyTorch's scale * (Q K^T): A and B hold small
