@@ -1,5 +1,6 @@
 /* clattn_dot_product_attention against the reference composed from the single-op references. */
 #include "harness.h"
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -609,6 +610,17 @@ static void test_windows(void **s)
           {1, {2}, 20, 120, 8, 8, {.window = 1, .window_left = 10, .window_right = -1,
                                    .align = 1, .fill = -1.0f}, .qscale = 2},
           {1, {2}, 20, 120, 8, 8, {.window = 1, .window_left = 500, .window_right = 500}},
+          /* sides as wide as an int (no row bound may overflow), and each one key short of
+           * blocking nothing (the host takes wider sides for unbounded: Q - 1 + shift on the
+           * left, K - 1 - shift on the right, shift = K - Q bottom-right) */
+          {1, {2}, 20, 120, 8, 8, {.window = 1, .window_left = INT_MAX, .window_right = INT_MAX,
+                                   .align = 1}},
+          {1, {2}, 40, 13, 8, 6, {.window = 1, .window_left = INT_MAX, .window_right = INT_MAX}},
+          {1, {2}, 20, 120, 8, 8, {.window = 1, .window_left = 18, .window_right = 118}},
+          {1, {2}, 20, 120, 8, 8, {.window = 1, .window_left = 118, .window_right = 18,
+                                   .align = 1}},
+          {1, {2}, 40, 13, 8, 6, {.window = 1, .window_left = 11, .window_right = 38,
+                                  .align = 1}},
           {2, {2, 4}, 20, 260, 8, 8, {.causal = 1, .window = 1, .window_left = 33,
                                       .align = 1}, .hkv = 2},
           /* a NaN value below every row's window inside the rows' first key block (of 64), and

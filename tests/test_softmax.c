@@ -1,6 +1,7 @@
 /* clattn_masked_softmax against the double-precision reference, every mask kind. */
 #include "harness.h"
 #include "ref.h"
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -216,6 +217,14 @@ static void test_windows(void **s)
           {.rank = 4, .dims = {2, 2, 6, 33}, .window = 1, .wl = 4, .wr = -1, .lens = LENS_2D,
            .mask_rank = 2, .mask_dims = {6, 33}, .scale = 2},
           {.rank = 3, .dims = {2, 9, 40}, .window = 1, .wl = 100, .wr = 100, .scale = 2},
+          /* sides as wide as an int, and each one key short of blocking nothing (see
+           * test_attention's test_windows) */
+          {.rank = 3, .dims = {2, 9, 40}, .window = 1, .wl = INT_MAX, .wr = INT_MAX, .align = 1,
+           .scale = 2},
+          {.rank = 3, .dims = {2, 40, 9}, .window = 1, .wl = INT_MAX, .wr = INT_MAX, .scale = 2},
+          {.rank = 3, .dims = {2, 9, 40}, .window = 1, .wl = 7, .wr = 38, .scale = 2},
+          {.rank = 3, .dims = {2, 9, 40}, .window = 1, .wl = 38, .wr = 7, .align = 1, .scale = 2},
+          {.rank = 3, .dims = {2, 40, 9}, .window = 1, .wl = 7, .wr = 38, .align = 1, .scale = 2},
           {.rank = 2, .dims = {17, 17}, .window = 1, .wl = 2, .wr = 1, .fill = -1e9f, .scale = 2});
 }
 

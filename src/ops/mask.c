@@ -179,12 +179,15 @@ static clattn_status resolve_parts(clattn_context *ctx, const clattn_mask *m, in
     CHECK(ctx, !m->window || (m->window_left >= -1 && m->window_right >= -1),
           CLATTN_ERROR_INVALID_ARGUMENT, "%s.window_left = %d, window_right = %d: each must be "
           ">= 0, or -1 for unbounded", name, m->window_left, m->window_right);
-    /* a side this wide blocks nothing: the same as unbounded */
-    int cap = (long)o->Q + o->K > INT32_MAX ? INT32_MAX : o->Q + o->K;
+    /* A side that blocks no key of any row is unbounded (-1): row q's diagonal is q + shift,
+     * so the left side blocks nothing from Q - 1 + shift on, the right from K - 1 - shift on.
+     * The kernels' row bounds q + shift - left and q + shift + right + 1 then stay within
+     * (-Q, Q + K - 1), so no sum overflows however wide a side is given. */
+    int64_t shift = m->align == CLATTN_ALIGN_BOTTOM_RIGHT ? (int64_t)o->K - o->Q : 0;
     int left = m->window ? m->window_left : -1, right = m->window ? m->window_right : -1;
-    o->win.s[0] = m->align == CLATTN_ALIGN_BOTTOM_RIGHT ? o->K - o->Q : 0;
-    o->win.s[1] = left > cap ? cap : left;
-    o->win.s[2] = m->causal ? 0 : right > cap ? cap : right;
+    o->win.s[0] = (int)shift;
+    o->win.s[1] = left >= (int64_t)o->Q - 1 + shift ? -1 : left;
+    o->win.s[2] = m->causal ? 0 : right >= (int64_t)o->K - 1 - shift ? -1 : right;
     CHECK(ctx, !(m->valid_lens && m->valid_lens_host), CLATTN_ERROR_INVALID_ARGUMENT,
           "%s: give valid_lens or valid_lens_host, not both", name);
     if (m->valid_lens)
