@@ -202,6 +202,8 @@ CLATTN_API clattn_status clattn_list_devices(const char *spec, char *buf, size_t
 /* A view; ndim 1..4. Does not check anything (the ops do). */
 CLATTN_API clattn_tensor clattn_view(cl_mem buf, clattn_dtype dtype, size_t offset, int ndim,
                                      const size_t *dims);
+/* The number of elements: the product of t's dims, 0 for NULL, a rank outside 1..4 or a product
+ * past SIZE_MAX. */
 CLATTN_API size_t clattn_tensor_numel(const clattn_tensor *t);
 /* Bytes per element: 4, or 2 for the 16-bit dtypes; 0 for an unknown one. */
 CLATTN_API size_t clattn_dtype_size(clattn_dtype dtype);

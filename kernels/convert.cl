@@ -22,7 +22,7 @@ __kernel void convert(__global const CLATTN_T(XT) *x, int x_off, __global CLATTN
         return;
     __global const CLATTN_T(XT) *xp = x + x_off + i;
     __global CLATTN_T(YT) *yp = y + y_off + i;
-    if (i + 8 <= n) {
+    if (n - i >= 8) { /* not i + 8 <= n: n may lie within 7 of INT_MAX */
         CLATTN_STORE8(YT, CLATTN_LOAD8(XT, xp), yp);
         return;
     }

@@ -446,7 +446,7 @@ __kernel void column_sums(__global const float *x, int x_off, int cols, int r_lo
         return;
     __global const float *p = x + x_off + c0;
     __global float *o = y + y_off + c0;
-    if (c0 + 16 <= cols) {
+    if (cols - c0 >= 16) { /* not c0 + 16 <= cols: cols may lie within 15 of INT_MAX */
         float16 s = acc ? vload16(0, o) : (float16)(0.0f);
         for (int r = r_lo; r < r_hi; r++)
             s += vload16(0, p + (size_t)r * cols);

@@ -1158,6 +1158,47 @@ static void test_disjoint_subbuffer_accepted(void **s)
     assert_int_equal(clattn_tensor_write_blocking(h_ctx, &Par, initial[7]), CLATTN_SUCCESS);
 }
 
+/* An image is a cl_mem too, but no tensor: as an input or an output it is refused before
+ * anything is enqueued (kernels would take it for a pointer). Skipped where the device has no
+ * images. */
+static clattn_tensor img_s;
+
+static clattn_status softmax_from_image(void)
+{
+    return clattn_masked_softmax(h_ctx, &img_s, NULL, &Y);
+}
+static clattn_status softmax_to_image(void)
+{
+    return clattn_masked_softmax(h_ctx, &S, NULL, &img_s);
+}
+static clattn_status fill_image(void) { return clattn_tensor_fill(h_ctx, &img_s, 1.0f); }
+
+static void test_image_refused(void **s)
+{
+    (void)s;
+    cl_int err;
+    cl_image_format fmt = {CL_RGBA, CL_FLOAT};
+    cl_image_desc desc;
+    memset(&desc, 0, sizeof desc);
+    desc.image_type = CL_MEM_OBJECT_IMAGE2D;
+    desc.image_width = 8; /* 8 x 1 texels of 4 floats: (2, 3, 5) fits */
+    desc.image_height = 1;
+    cl_mem img = clCreateImage(CLCTX, CL_MEM_READ_WRITE, &fmt, &desc, NULL, &err);
+    if (err != CL_SUCCESS)
+        skip();
+    img_s = clattn_view(img, CLATTN_FLOAT32, 0, 3, H_DIMS(2, 3, 5));
+    const bad_case cs[] = {
+        {"softmax_from_image", CLATTN_ERROR_INVALID_TENSOR, "scores: cl_mem is an image", 1,
+         softmax_from_image},
+        {"softmax_to_image", CLATTN_ERROR_INVALID_TENSOR, "out: cl_mem is an image", 1,
+         softmax_to_image},
+        {"fill_image", CLATTN_ERROR_INVALID_TENSOR, "tensor: cl_mem is an image", 1, fill_image},
+    };
+    for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++)
+        run_case(&cs[i]);
+    clReleaseMemObject(img);
+}
+
 /* ---- setup ---- */
 
 /* Par with a sub-buffer at the device's base address alignment, two buffers over one host array,
@@ -1254,6 +1295,7 @@ int main(void)
         cmocka_unit_test(test_count_sees_enqueues),
         cmocka_unit_test(test_disjoint_subbuffer_accepted),
         cmocka_unit_test(test_unfused_past_int32),
+        cmocka_unit_test(test_image_refused),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -101,6 +101,10 @@ clattn_status clattn__cast_in(clattn_context *ctx, const clattn_tensor *const *t
     for (int i = 0; i < n; i++)
         if (ts[i] && ts[i]->dtype != CLATTN_FLOAT32)
             total += clattn_tensor_numel(ts[i]);
+    /* the stand-ins lie one after another in one buffer, indexed in 32 bits like any view */
+    CHECK(ctx, total <= (size_t)INT_MAX, CLATTN_ERROR_UNSUPPORTED,
+          "16-bit operands of %zu elements together, staged as float32, exceed 32-bit indexing",
+          total);
     if (total)
         CHECK_ST(clattn__scratch(ctx, CLATTN_SCRATCH_CAST, total * 4, &buf));
     for (int i = 0; i < n; i++) {

@@ -24,8 +24,11 @@ size_t clattn_tensor_numel(const clattn_tensor *t)
     size_t n = 1;
     if (!t || t->ndim < 1 || t->ndim > CLATTN_MAX_DIMS)
         return 0;
-    for (int i = 0; i < t->ndim; i++)
+    for (int i = 0; i < t->ndim; i++) {
+        if (t->dims[i] && n > SIZE_MAX / t->dims[i])
+            return 0; /* not a wrapped count that a caller might size an array by */
         n *= t->dims[i];
+    }
     return n;
 }
 
@@ -138,6 +141,7 @@ clattn_status clattn__check_tensor(clattn_context *ctx, const clattn_tensor *t, 
 {
     clattn_status st = CLATTN_SUCCESS;
     size_t bytes = 0, n = 1;
+    cl_mem_object_type type = 0;
     cl_context owner = NULL;
     char shape[96];
     CHECK(ctx, t, CLATTN_ERROR_INVALID_ARGUMENT, "%s: NULL tensor", name);
@@ -163,11 +167,16 @@ clattn_status clattn__check_tensor(clattn_context *ctx, const clattn_tensor *t, 
     CHECK_CL(ctx, clGetMemObjectInfo(t->buf, CL_MEM_CONTEXT, sizeof owner, &owner, NULL), name);
     CHECK(ctx, owner == ctx->cl, CLATTN_ERROR_INVALID_TENSOR,
           "%s: buffer belongs to another OpenCL context than this clattn context's", name);
+    /* an image passes every other check, and kernels would take it for a pointer */
+    CHECK_CL(ctx, clGetMemObjectInfo(t->buf, CL_MEM_TYPE, sizeof type, &type, NULL), name);
+    CHECK(ctx, type == CL_MEM_OBJECT_BUFFER, CLATTN_ERROR_INVALID_TENSOR,
+          "%s: cl_mem is an image or pipe (type 0x%x), not a buffer", name, (unsigned)type);
     CHECK_CL(ctx, clGetMemObjectInfo(t->buf, CL_MEM_SIZE, sizeof bytes, &bytes, NULL), name);
     size_t es = clattn_dtype_size(t->dtype);
-    CHECK(ctx, (t->offset + n) * es <= bytes, CLATTN_ERROR_INVALID_TENSOR,
-          "%s: view of %zu elements at offset %zu needs %zu bytes, buffer has %zu", name, n,
-          t->offset, (t->offset + n) * es, bytes);
+    /* divided, not (offset + n) * es: that can pass SIZE_MAX where size_t has 32 bits */
+    CHECK(ctx, t->offset + n <= bytes / es, CLATTN_ERROR_INVALID_TENSOR,
+          "%s: view of %zu elements at offset %zu needs %llu bytes, buffer has %zu", name, n,
+          t->offset, (unsigned long long)(t->offset + n) * es, bytes);
 fail:
     return st;
 }
@@ -202,8 +211,9 @@ clattn_status clattn_tensor_create(clattn_context *ctx, clattn_dtype dtype, int 
               "dims[%d] = %zu: zero or too large", i, dims[i]);
         n *= dims[i];
     }
-    CHECK(ctx, n * es <= ctx->max_alloc, CLATTN_ERROR_OUT_OF_MEMORY,
-          "dims: %zu bytes exceed the device's max allocation (%zu)", n * es, ctx->max_alloc);
+    CHECK(ctx, n <= ctx->max_alloc / es, CLATTN_ERROR_OUT_OF_MEMORY,
+          "dims: %llu bytes exceed the device's max allocation (%zu)",
+          (unsigned long long)n * es, ctx->max_alloc);
     cl_mem m = clCreateBuffer(ctx->cl, CL_MEM_READ_WRITE | (host ? CL_MEM_COPY_HOST_PTR : 0),
                               n * es, (void *)host, &err);
     CHECK_CL(ctx, err, "clCreateBuffer");
