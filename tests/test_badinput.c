@@ -62,6 +62,8 @@ static clattn_attention_opts opts_bias_bad, opts_bias_int, opts_bias_in_out, opt
 static clattn_tensor vq, vk, vk3, vv, vout, vout_in_q, vlse, vlse_bad;
 /* Issue 12: 16-bit views (of Y's bytes) for clattn_convert and the float32 ops. */
 static clattn_tensor h16, h16_bad, h16_over, b16, i32v, q253;
+/* heads, dropout and convert: int32 and 16-bit views, outputs over inputs, a view past its end */
+static clattn_tensor x8_i32, hd16, hd_in_x8, y16_over_y, y_past;
 static const int cu_ok[3] = {0, 1, 2}, cu_first[3] = {1, 1, 2}, cu_down[3] = {0, 2, 1},
                  cu_short[3] = {0, 1, 1}, cu_rows_first[3] = {0, 2, 2}, cu_keys_last[3] = {0, 0, 2};
 static clattn_varlen vs_ok = {2, cu_ok, cu_ok}, vs_first = {2, cu_first, cu_ok},
@@ -215,6 +217,12 @@ static void make_decode_views(void)
     i32v = view(&Y, 0, 3, H_DIMS(2, 5, 3));
     i32v.dtype = CLATTN_INT32;
     q253 = view(&Q, 0, 3, H_DIMS(2, 5, 3));
+    x8_i32 = view(&Q, 0, 3, H_DIMS(2, 5, 8));
+    x8_i32.dtype = CLATTN_INT32;
+    hd16 = clattn_view(Hd.buf, CLATTN_FLOAT16, 0, 3, H_DIMS(4, 5, 4));
+    hd_in_x8 = view(&X8, 0, 3, H_DIMS(4, 5, 4));
+    y16_over_y = clattn_view(Y.buf, CLATTN_FLOAT16, 0, 3, H_DIMS(2, 3, 5));
+    y_past = view(&Y, 20, 3, H_DIMS(2, 3, 5)); /* Y holds 30 floats */
     vopts_lse_bad.lse = &vlse_bad;
     vopts_lse_ok.lse = &vlse;
     vopts_saved.saved = &vlse; /* multi-head attention's only */
@@ -915,6 +923,24 @@ static clattn_status wrap_with(cl_context c, cl_device_id d, cl_command_queue q)
       clattn_convert(CTX, &O, &h16_bad))                                                       \
     X(convert_overlap, INVALID_ARGUMENT, "y: overlaps x", clattn_convert(CTX, &q253, &h16_over)) \
     X(convert_y_int32, INVALID_TENSOR, "y: dtype int32", clattn_convert(CTX, &b16, &i32v))     \
+    X(convert_null_x, INVALID_ARGUMENT, "x: NULL", clattn_convert(CTX, NULL, &h16))             \
+    X(convert_null_y, INVALID_ARGUMENT, "y: NULL", clattn_convert(CTX, &b16, NULL))             \
+    X(convert_y_past_end, INVALID_TENSOR, "y: view of 30 elements at offset 20",               \
+      clattn_convert(CTX, &S, &y_past))                                                        \
+    X(heads_null_x, INVALID_ARGUMENT, "x: NULL", clattn_transpose_qkv(CTX, NULL, 2, &Hd))       \
+    X(heads_null_out, INVALID_ARGUMENT, "out: NULL", clattn_transpose_qkv(CTX, &X8, 2, NULL))   \
+    X(heads_int32, INVALID_TENSOR, "x: dtype int32", clattn_transpose_qkv(CTX, &x8_i32, 2,     \
+      &Hd))                                                                                    \
+    X(heads_dtype_mix, INVALID_TENSOR, "out: dtype float16, expected float32",                 \
+      clattn_transpose_qkv(CTX, &X8, 2, &hd16))                                                \
+    X(heads_out_over_x, INVALID_ARGUMENT, "out: overlaps x", clattn_transpose_qkv(CTX, &X8, 2, \
+      &hd_in_x8))                                                                              \
+    X(dropout_null_x, INVALID_ARGUMENT, "x: NULL", clattn_dropout(CTX, NULL, &drop_ok, &Y))    \
+    X(dropout_null_y, INVALID_ARGUMENT, "y: NULL", clattn_dropout(CTX, &S, &drop_ok, NULL))    \
+    X(dropout_int32, INVALID_TENSOR, "x: dtype int32", clattn_dropout(CTX, &i32v, &drop_ok,    \
+      &Y))                                                                                     \
+    X(dropout_in_place_dtype, INVALID_ARGUMENT, "y: overlaps x", clattn_dropout(CTX, &Y,       \
+      &drop_ok, &y16_over_y))                                                                  \
     X(attention_q_int32, INVALID_TENSOR, "Q: dtype int32, expected float32, float16 or "        \
       "bfloat16", clattn_dot_product_attention(CTX, &i32v, &Kk, &V, NULL, &O, NULL))            \
     /* training: backward passes, the loss, the SGD update */                                 \
