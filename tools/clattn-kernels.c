@@ -52,6 +52,10 @@ static const struct {
     /* RQ lowered to spread a K/V head's rows evenly (src/ops/decode.c) */
     {"decode.cl", "-D RQ=1 -D ALIGN16=1 -D CT=2 "},
     {"decode.cl", "-D RQ=2 "},
+    /* TN narrowed to op(B)'s columns rounded up to VN (src/ops/matmul.c) */
+    {"matmul.cl", "-D TM=6 -D TN=16 -D VN=16 "},
+    {"matmul.cl", "-D TM=6 -D TN=48 -D VN=16 "},
+    {"matmul.cl", "-D TM=6 -D TN=8 -D VN=8 "},
     {"matmul.cl", "-D AT=2 -D BT=3 "},
     {"matmul.cl", "-D AT=3 -D BT=2 "},
     {"matmul.cl", "-D VN=16 -D AT=2 -D BT=3 "},

@@ -366,9 +366,16 @@ clattn_status clattn__enqueue_matmul(clattn_context *ctx, const clattn_tensor *A
     if (strcmp(tune.variant, "gpu") == 0)
         CHECK_ST(enqueue_tiled(ctx, &tune, A, a, B, b, alpha, beta, bias ? &t32[1] : NULL,
                                &t32[0], batch));
-    else
+    else {
+        /* op(B) narrower than a panel takes panels as narrow as the vectors allow: padding N
+         * columns to TN costs TN / N times the multiply-adds and the packed scratch (64x for
+         * N = 1 at AVX-512's TN=64) */
+        int TN = clattn__tune_int(&tune, "TN", 16), VN = clattn__tune_int(&tune, "VN", 8);
+        if (b.cols < TN)
+            clattn__tune_set(&tune, "TN", (int)clattn__round_up((size_t)b.cols, (size_t)VN));
         CHECK_ST(enqueue_packed(ctx, &tune, A, a, B, b, alpha, beta, bias ? &t32[1] : NULL,
                                 &t32[0], batch));
+    }
     CHECK_ST(clattn__cast_out(ctx, &t32[0], C)); /* a 16-bit C: each result rounded once */
 fail:
     return st;
