@@ -54,6 +54,7 @@ static const struct {
     {"decode.cl", "-D RQ=2 "},
     /* TN narrowed to op(B)'s columns rounded up to VN (src/ops/matmul.c) */
     {"matmul.cl", "-D TM=6 -D TN=16 -D VN=16 "},
+    {"matmul.cl", "-D TM=6 -D TN=32 -D VN=16 "},
     {"matmul.cl", "-D TM=6 -D TN=48 -D VN=16 "},
     {"matmul.cl", "-D TM=6 -D TN=8 -D VN=8 "},
     {"matmul.cl", "-D AT=2 -D BT=3 "},
