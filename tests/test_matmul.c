@@ -117,6 +117,18 @@ static void test_vector_shapes(void **s)
     (void)s;
     RUN({1, 1, 37, 53, 0, 0}, {1, 29, 1, 41, 0, 0}, {3, 1, 19, 23, 0, 1}, {3, 17, 1, 29, 1, 0});
 }
+/* Products big enough (rows x depth x batches >= 2^20) that an op(B) narrower than the CPU
+ * panel (TN) takes narrower panels, N rounded up to the vector width: every narrowed width of
+ * AVX-512's TN=64 (16, 32, 48) and AVX2's TN=16 (8), batched and shared B. */
+static void test_narrow_panels(void **s)
+{
+    (void)s;
+    if (h_small()) /* 2^20 multiply-adds take Oclgrind two minutes; it checks the same kernel
+                    * at the variants' TN values (NV = 1 to 4 vectors) */
+        skip();
+    RUN({1, 1024, 1, 1024, 0, 0}, {1, 1031, 17, 1024, 0, 0}, {2, 512, 47, 1024, 0, 1}, {4, 256, 5, 1024, 0, 0},
+        {3, 400, 9, 1000, 1, 0});
+}
 /* So many rows that the CPU kernel's share of row panels per work-item, rb * panels / items,
  * passes 2^31 in 32-bit arithmetic (from about 1.6M rows at TM=6, RB=32; 420k under -cpu-alt):
  * it wrote past C and left rows unset. */
@@ -340,7 +352,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_one_by_one),   cmocka_unit_test(test_primes),
         cmocka_unit_test(test_tile_edges),   cmocka_unit_test(test_vector_shapes),
-        cmocka_unit_test(test_tall),         cmocka_unit_test(test_large_batch),
+        cmocka_unit_test(test_tall),         cmocka_unit_test(test_narrow_panels),
+        cmocka_unit_test(test_large_batch),
         cmocka_unit_test(test_shared_operands), cmocka_unit_test(test_larger),
         cmocka_unit_test(test_alpha_beta),   cmocka_unit_test(test_linear),
         cmocka_unit_test(test_offsets),      cmocka_unit_test(test_alpha_one_rounding),

@@ -348,6 +348,9 @@ fail:
     return st;
 }
 
+/* rows x depth x batches from which a narrow op(B) takes narrower panels (see below) */
+#define NARROW_MIN ((size_t)1 << 20)
+
 clattn_status clattn__enqueue_matmul(clattn_context *ctx, const clattn_tensor *A, int trans_a,
                                      const clattn_tensor *B, int trans_b, float alpha, float beta,
                                      const clattn_tensor *bias, const clattn_tensor *C)
@@ -369,9 +372,11 @@ clattn_status clattn__enqueue_matmul(clattn_context *ctx, const clattn_tensor *A
     else {
         /* op(B) narrower than a panel takes panels as narrow as the vectors allow: padding N
          * columns to TN costs TN / N times the multiply-adds and the packed scratch (64x for
-         * N = 1 at AVX-512's TN=64) */
+         * N = 1 at AVX-512's TN=64). Only for products of NARROW_MIN rows x depth or more: a
+         * narrower panel is another program to build (about 1 s on PoCL), which smaller ones
+         * (d2l's examples) would not win back. */
         int TN = clattn__tune_int(&tune, "TN", 16), VN = clattn__tune_int(&tune, "VN", 8);
-        if (b.cols < TN)
+        if (b.cols < TN && (size_t)a.rows * a.cols * batch >= NARROW_MIN)
             clattn__tune_set(&tune, "TN", (int)clattn__round_up((size_t)b.cols, (size_t)VN));
         CHECK_ST(enqueue_packed(ctx, &tune, A, a, B, b, alpha, beta, bias ? &t32[1] : NULL,
                                 &t32[0], batch));
