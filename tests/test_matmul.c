@@ -260,6 +260,43 @@ static void test_offsets(void **s)
     offsets_case(32, 48, 64, 8);
 }
 
+/* A and B in CL_MEM_USE_HOST_PTR buffers over host arrays only 4-byte aligned (zero-copy on CPU
+ * runtimes and integrated GPUs): the tiled kernel's float4 loads must not assume the buffer's
+ * base is 16-byte aligned (the -gpu variants crashed PoCL here). Row strides and offsets are
+ * multiples of 4, so only the base address is off. */
+static void test_host_ptr_unaligned(void **s)
+{
+    (void)s;
+    enum { M = 32, N = 36, K = 40 };
+    static float ha[M * K + 16] __attribute__((aligned(64))), hb[K * N + 16]
+        __attribute__((aligned(64)));
+    float *a = ha + 1, *b = hb + 1;
+    h_fill(a, M * K, -1, 1);
+    h_fill(b, K * N, -1, 1);
+    cl_int err;
+    cl_context cl = clattn_context_cl(h_ctx);
+    cl_mem ma = clCreateBuffer(cl, CL_MEM_READ_ONLY | CL_MEM_USE_HOST_PTR, M * K * 4, a, &err);
+    assert_int_equal(err, CL_SUCCESS);
+    cl_mem mb = clCreateBuffer(cl, CL_MEM_READ_ONLY | CL_MEM_USE_HOST_PTR, K * N * 4, b, &err);
+    assert_int_equal(err, CL_SUCCESS);
+    clattn_tensor tA = clattn_view(ma, CLATTN_FLOAT32, 0, 2, H_DIMS(M, K));
+    clattn_tensor tB = clattn_view(mb, CLATTN_FLOAT32, 0, 2, H_DIMS(K, N));
+    clattn_tensor tC = h_tensor(CLATTN_FLOAT32, 2, H_DIMS(M, N), NULL);
+    h_poison(&tC);
+    if (clattn_matmul(h_ctx, &tA, 0, &tB, 0, 1.0f, 0.0f, &tC) != CLATTN_SUCCESS)
+        fail_msg("matmul: %s", clattn_last_error(h_ctx));
+    float *got = h_read_float(&tC);
+    double ref[M * N], mag[M * N];
+    ref_matmul(1, M, N, K, a, 0, 0, b, 0, 0, 1, 0, NULL, ref, mag);
+    for (int i = 0; i < M * N; i++)
+        mag[i] = fmax(fabs(ref[i]), mag[i] / sqrt((double)K));
+    h_assert_scaled(got, ref, mag, (size_t)M * N, MATMUL_TOL, "views of unaligned host memory");
+    free(got);
+    clattn_tensor_release(&tA);
+    clattn_tensor_release(&tB);
+    clattn_tensor_release(&tC);
+}
+
 /* C = alpha * (A B) is one rounded product, as PyTorch's scale * (Q K^T): A and B hold small
  * integers, so every order of summation gives the exact A B, and C must be exactly
  * (float)(alpha * AB) even where K spans several k-slices (the -cpu-alt and -cpu-odd tunings). With
@@ -356,7 +393,8 @@ int main(void)
         cmocka_unit_test(test_large_batch),
         cmocka_unit_test(test_shared_operands), cmocka_unit_test(test_larger),
         cmocka_unit_test(test_alpha_beta),   cmocka_unit_test(test_linear),
-        cmocka_unit_test(test_offsets),      cmocka_unit_test(test_alpha_one_rounding),
+        cmocka_unit_test(test_offsets),      cmocka_unit_test(test_host_ptr_unaligned),
+        cmocka_unit_test(test_alpha_one_rounding),
         cmocka_unit_test(test_long_k),       cmocka_unit_test(test_16bit),
         cmocka_unit_test(test_16bit_bad_input),
     };

@@ -114,12 +114,15 @@ fail:
 }
 
 /* 1 when the tiled kernel may load X with float4: the direction it walks (stride 1) is 16-byte
- * aligned at every tile start. The kernel prefers the rows' direction when both strides are 1. */
-static int vec_ok(const clattn_tensor *X, int s_r, int s_k, int tile_r, int tile_k, int bs)
+ * aligned at every tile start, the buffer's base address included (a CL_MEM_USE_HOST_PTR buffer
+ * over a host array 4 bytes off crashed PoCL with matmul=gpu). The kernel prefers the rows'
+ * direction when both strides are 1. */
+static int vec_ok(const clattn_context *ctx, const clattn_tensor *X, int s_r, int s_k, int tile_r,
+                  int tile_k, int bs)
 {
     int other = s_r == 1 ? s_k : s_r, tile = s_r == 1 ? tile_r : tile_k;
-    return (s_r == 1 || s_k == 1) && X->offset % 4 == 0 && other % 4 == 0 && bs % 4 == 0 &&
-           tile % 4 == 0;
+    return (s_r == 1 || s_k == 1) && clattn__vec_aligned(ctx, X, 4) && other % 4 == 0 &&
+           bs % 4 == 0 && tile % 4 == 0;
 }
 
 /* matmul_tiled's slice flags (kernels/matmul.cl) */
@@ -234,8 +237,8 @@ static clattn_status enqueue_tiled(clattn_context *ctx, const clattn_tuning *tun
             clattn__tune_set(&tune, "TSN", TSN /= 2);
     }
     /* the float4 directions stay aligned in every k-slice: slices start at multiples of TSK */
-    int a_vec = vec_ok(A, a.s_row, a.s_col, TSM, TSK, a.batch_stride);
-    int b_vec = vec_ok(B, b.s_col, b.s_row, TSN, TSK, b.batch_stride);
+    int a_vec = vec_ok(ctx, A, a.s_row, a.s_col, TSM, TSK, a.batch_stride);
+    int b_vec = vec_ok(ctx, B, b.s_col, b.s_row, TSN, TSK, b.batch_stride);
     int kc = K;
     CHECK_ST(k_slice(ctx, &tune, TSM, TSN, TSK, WPTM, WPTN, K, &kc));
     size_t lws[3] = {(size_t)(TSN / WPTN), (size_t)(TSM / WPTM), 1};
