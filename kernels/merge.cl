@@ -49,7 +49,8 @@ __kernel void attention_merge(__global const float *a, int a_off, __global const
         return;
     }
     __global const float *br = b + b_off + (size_t)r * dv;
-    float y = lb[lb_off + r], mn = y > m ? y : m, ca = 0.0f, wb = 0.0f, sum = 0.0f;
+    /* a NaN y becomes mn even after empty ranges (m = -inf), where y > m would drop it */
+    float y = lb[lb_off + r], mn = y > m || isnan(y) ? y : m, ca = 0.0f, wb = 0.0f, sum = 0.0f;
     if (mn != -INFINITY) {
         ca = s == 0.0f ? 0.0f : s * exp(m - mn);
         wb = y == -INFINITY ? 0.0f : exp(y - mn);

@@ -49,10 +49,13 @@ static void ref_merge(int n, size_t rows, int dv, float *const *o, float *const 
 
 /* LSEs of one row's n ranges, by kind: mixed, some empty, all empty, one NaN, near 1e4, ties and
  * gaps beyond float32's exp range, the first empty, the first two empty (the running merge's
- * first step with an empty range a, and an empty state met by an open range). */
+ * first step with an empty range a, and an empty state met by an open range), a NaN after an
+ * empty range and one after every other range empty (an empty state met by a NaN). */
 static float draw_lse(size_t row, int i)
 {
-    switch (row % 8) {
+    switch (row % 10) {
+    case 8: return i == 0 ? -INFINITY : i == 1 ? NAN : (float)h_uniform(-5, 5);
+    case 9: return i == 2 ? NAN : -INFINITY;
     case 6: return i == 0 ? -INFINITY : (float)h_uniform(-5, 5);
     case 7: return i < 2 ? -INFINITY : (float)h_uniform(-5, 5);
     case 0: return (float)h_uniform(-30, 30);
