@@ -250,16 +250,19 @@ static clattn_status make_plan(clattn_context *ctx, clattn_tuning *t, const clat
     p->slopes = m->slopes;
     p->slopes_off = m->slopes_off;
     p->ss = m->ss;
+    size_t sk_cap = INT32_MAX; /* the longest split a loop budget lets a work-item take */
     if (p->gpu) {
         long fixed, per_tile;
         CHECK_ST(fit_group(ctx, t, p));
-        size_t tiles, need = clattn__div_up((size_t)p->SK, (size_t)p->WG);
+        size_t tiles;
         gpu_loops(p->RQ, p->WG, clattn__tune_int(t, "KC", 64), bucket(p->d), bucket(p->dv),
                   &fixed, &per_tile);
-        CHECK_ST(clattn__loop_units(ctx, clattn__loop_budget(ctx, t), fixed, per_tile, need,
-                                    &tiles, "decode=gpu: a tile of WG=%d keys (RQ=%d, head sizes "
-                                    "%d, %d)", p->WG, p->RQ, p->d, p->dv));
-        p->SK = (int)tiles * p->WG < p->SK ? (int)tiles * p->WG : p->SK;
+        CHECK_ST(clattn__loop_units(ctx, clattn__loop_budget(ctx, t), fixed, per_tile,
+                                    INT32_MAX / (size_t)p->WG, &tiles, "decode=gpu: a tile of "
+                                    "WG=%d keys (RQ=%d, head sizes %d, %d)", p->WG, p->RQ, p->d,
+                                    p->dv));
+        sk_cap = tiles * (size_t)p->WG;
+        p->SK = sk_cap < (size_t)p->SK ? (int)sk_cap : p->SK;
     }
     /* splits of at most SK keys (L <= Kmax), and more of them when the sequences and heads are
      * too few for 4 work-items (groups) per compute unit, down to 64 keys each */
@@ -272,8 +275,21 @@ static clattn_status make_plan(clattn_context *ctx, clattn_tuning *t, const clat
     size_t sk = clattn__round_up(clattn__div_up((size_t)p->Kmax, nsplit), 16);
     p->SK = sk < (size_t)p->SK ? (int)sk : p->SK; /* never past a loop budget's SK */
     p->nsplit = (int)clattn__div_up((size_t)p->Kmax, (size_t)p->SK);
-    size_t rows = (size_t)p->B * p->Hq * p->Qn;
-    p->part_floats = rows * p->nsplit * (size_t)(p->dv + 2);
+    size_t rows = (size_t)p->B * p->Hq * p->Qn, per_split = rows * (size_t)(p->dv + 2);
+    /* The partial results grow with rows x splits: where they would pass 32-bit indexing or the
+     * device's largest allocation (many rows over a long cache, or a short SK), fewer and longer
+     * splits, as long as a loop budget allows them. */
+    size_t fit = (size_t)INT32_MAX / per_split;
+    if (ctx->max_alloc / 4 / per_split < fit)
+        fit = ctx->max_alloc / 4 / per_split;
+    if ((size_t)p->nsplit > fit && fit > 0) {
+        size_t longer = clattn__round_up(clattn__div_up((size_t)p->Kmax, fit), 16);
+        if (longer <= sk_cap) {
+            p->SK = (int)longer;
+            p->nsplit = (int)clattn__div_up((size_t)p->Kmax, longer);
+        }
+    }
+    p->part_floats = per_split * (size_t)p->nsplit;
     CHECK(ctx, p->part_floats <= (size_t)INT32_MAX, CLATTN_ERROR_UNSUPPORTED,
           "decode: %zu elements of partial results exceed 32-bit indexing", p->part_floats);
 fail:
