@@ -49,6 +49,9 @@ static clattn_tensor q4, k4_h3, v4_h3, k4_h2, v4_h1, k4_b2, v4_b2, o4, q3_h4, k3
 static clattn_tensor lse_y, lse_y8, lse_bad, lse_int, lse_in_o, lse_in_q, y_mask6, merge_out_r1;
 static clattn_tensor mparts[2], mlses[2], mparts_bad[2], mlses_bad[2], mlses_in_o[2], mparts_int[2];
 /* Issue 11: decoding (Q (2, 2, 1, 8) over caches (2, 1, 6, .), out (2, 2, 1, 3) in O). */
+/* head size 257 (decode takes up to 256): Q and K over big257, one sequence of one key */
+static clattn_tensor big257, dq257, dk257, dv257, dlens1, dout257;
+static clattn_kv_cache dc257;
 static clattn_tensor dq, dq3, dq_65, dk, dv, dk_h3, dlens, dlens3, dlens_f, dout, dkn, dvn, dkn_bad,
     dout_in_k;
 static clattn_kv_cache dc, dc_k_only, dc_advance, dc_lens3, dc_lens_f, dc_h3, dc_kn_bad, dc_app;
@@ -152,6 +155,14 @@ static void make_decode_views(void)
     dkn = view(&A, 0, 4, H_DIMS(2, 1, 1, 8));
     dvn = view(&A, 16, 4, H_DIMS(2, 1, 1, 3));
     dkn_bad = view(&Kk, 0, 4, H_DIMS(2, 1, 2, 8)); /* 2 new rows for Q's 1 */
+    big257 = mk(1, H_DIMS(257), -1);
+    dq257 = view(&big257, 0, 4, H_DIMS(1, 1, 1, 257));
+    dk257 = view(&big257, 0, 4, H_DIMS(1, 1, 1, 257));
+    dv257 = view(&V, 0, 4, H_DIMS(1, 1, 1, 3));
+    dlens1 = view(&dlens, 0, 1, H_DIMS(1));
+    dout257 = view(&O, 0, 4, H_DIMS(1, 1, 1, 3));
+    clattn_kv_cache c257 = {&dk257, &dv257, &dlens1, NULL, NULL, 0};
+    dc257 = c257;
     clattn_kv_cache base = {&dk, &dv, &dlens, NULL, NULL, 0};
     dc = base;
     dc_k_only = base;
@@ -831,6 +842,8 @@ static clattn_status wrap_with(cl_context c, cl_device_id d, cl_command_queue q)
       clattn_attention_merge(CTX, 2, mparts, mlses_in_o, &O, &lse_y))                          \
     X(merge_lse_over_out, INVALID_ARGUMENT, "out: overlaps lse", clattn_attention_merge(CTX,   \
       2, mparts, mlses, &O, &lse_in_o))                                                        \
+    X(decode_head_257, UNSUPPORTED, "Q, cache.v_cache: head sizes 257, 3, at most 256",        \
+      clattn_decode_attention(CTX, &dq257, &dc257, NULL, &dout257))                           \
     X(decode_q_rank3, SHAPE_MISMATCH, "Q: rank 3", clattn_decode_attention(CTX, &dq3, &dc,     \
       NULL, &dout))                                                                            \
     X(decode_null_cache, INVALID_ARGUMENT, "cache: NULL", clattn_decode_attention(CTX, &dq,    \
@@ -1302,7 +1315,7 @@ static int teardown(void **st)
 {
     clattn_tensor *all[] = {&A, &B, &C, &bias7, &S, &Y, &Q, &Kk, &V, &O, &Wt, &W4, &Hd, &X8,
                             &wv8, &Wq, &Wk, &wv4, &Wlin, &Mq, &Mk, &Mv, &Mo, &lens3, &mask_f, &mask_i,
-                            &small_buf, &junk, &Par, &hp_A, &hp_C, &dlens};
+                            &small_buf, &junk, &Par, &hp_A, &hp_C, &dlens, &big257};
     clReleaseMemObject(sub);
     clReleaseMemObject(foreign);
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
