@@ -79,6 +79,20 @@ static void reference(const dec_case *c, int b, int L, const float *q, const flo
     free(qd); free(kd); free(vd); free(w);
 }
 
+/* The n rows (of w values, rows_per rows per K/V head) read back from a cache equal the expected
+ * ones bit for bit, NaN matching NaN (a 16-bit cache gives its own NaN's bits back). */
+static void same_rows(const float *got, const float *want, size_t n, int w, int rows_per,
+                      const char *name)
+{
+    for (size_t r = 0; r < n; r++)
+        for (int e = 0; e < w; e++) {
+            float g = got[r * w + e], x = want[r * w + e];
+            if (!(isnan(g) && isnan(x)) && memcmp(&g, &x, 4) != 0)
+                fail_msg("%s: K/V head %zu row %zu element %d is %g, expected %g", name,
+                         r / rows_per, r % rows_per, e, g, x);
+        }
+}
+
 static void run(const dec_case *c)
 {
     int B = c->B, Hq = c->Hq, Hkv = c->Hkv, Qn = c->Qn, Kmax = c->Kmax, A = c->append ? Qn : 0;
@@ -209,15 +223,27 @@ static void run(const dec_case *c)
         strncat(what, " (lse)", sizeof what - strlen(what) - 1);
         h_assert_lse(gl + b * per, rl, mag, per, what);
     }
-    /* the caches: the new rows at each sequence's length, every other row as it was */
-    float *gk = h_read_float(&tkc);
-    for (int b = 0; b < B; b++)
-        for (int h = 0; h < Hkv; h++)
-            for (int j = 0; j < L[b]; j++) {
-                size_t r = (((size_t)b * Hkv + h) * Kmax + j) * c->d;
-                if (memcmp(gk + r, kc + r, c->d * 4) != 0)
-                    fail_msg("k_cache: sequence %d head %d row %d differs", b, h, j);
-            }
+    /* without the LSE output: the same output, bit for bit (calls that append would append
+     * again) */
+    if (!c->append) {
+        clattn_tensor to2 = h_tensor(c->ot, 4, od, NULL);
+        h_poison(&to2);
+        opts.lse = NULL;
+        if (clattn_decode_attention(h_ctx, &tq, &cache, &opts, &to2) != CLATTN_SUCCESS)
+            fail_msg("decode_attention (no lse): %s", clattn_last_error(h_ctx));
+        void *g1 = h_read(&to), *g2 = h_read(&to2);
+        if (memcmp(g1, g2, per * B * c->dv * clattn_dtype_size(c->ot)) != 0)
+            fail_msg("%s: the output differs without the LSE output", what);
+        free(g1);
+        free(g2);
+        clattn_tensor_release(&to2);
+    }
+    /* the caches: the new rows at each sequence's length, every other row as it was (the rows
+     * past the keys NaN, as written) */
+    float *gk = h_read_float(&tkc), *gv = h_read_float(&tvc);
+    same_rows(gk, kc, (size_t)B * Hkv * Kmax, c->d, Kmax, "k_cache");
+    same_rows(gv, vc, (size_t)B * Hkv * Kmax, c->dv, Kmax, "v_cache");
+    free(gv);
     int *gl2 = h_read(&tl);
     for (int b = 0; b < B; b++) {
         int want = c->advance ? L[b] : lens[b];
@@ -274,7 +300,11 @@ static void test_masks_and_values(void **s)
           {2, 8, 2, 1, 400, 64, 64, {399, 200}, .qscale = 100},
           {2, 4, 1, 3, 50, 8, 8, {20, 49}, 1, 0, 1, .nan_v = 1},
           {2, 4, 1, 1, 50, 8, 8, {20, 49}, .nan_v = 7},
-          {2, 2, 1, 2, 50, 8, 8, {-5, 1000}, 1, 1, 1});
+          {2, 2, 1, 2, 50, 8, 8, {-5, 1000}, 1, 1, 1},
+          /* more new rows than cached keys, no append: causal rows before the first key see
+           * none (fill -inf: NaN; a finite fill: uniform over the blocked keys) */
+          {1, 2, 1, 5, 3, 8, 8, {3}, 0, 0, 1, .fill = -INFINITY},
+          {2, 2, 2, 7, 4, 5, 3, {4, 2}, 0, 0, 1});
 }
 
 /* Rows whose scores are all far below 0 (about -400, past exp's range from 0) beside splits that
@@ -347,14 +377,26 @@ static void test_sync_rejects_lens(void **s)
     clattn_tensor tl = h_tensor(CLATTN_INT32, 1, H_DIMS(2), lens);
     clattn_tensor to = h_tensor(CLATTN_FLOAT32, 4, H_DIMS(2, 1, 1, 8), o);
     clattn_kv_cache c = {&tk, &tv, &tl, &tkn, &tvn, 1};
-    clattn_status st = clattn_decode_attention(ctx, &tq, &c, NULL, &to);
-    if (st != CLATTN_ERROR_INVALID_ARGUMENT || !strstr(clattn_last_error(ctx), "cache.lens[1] = 10"))
-        fail_msg("status %d: %s", st, clattn_last_error(ctx));
-    assert_int_equal(clattn_tensor_read_blocking(ctx, &to, before), CLATTN_SUCCESS);
-    assert_memory_equal(before, o, sizeof o);
-    int *gl = h_read(&tl);
-    assert_memory_equal(gl, lens, sizeof lens); /* not advanced */
-    free(gl);
+    /* one length above the bound, then one below 0 */
+    for (int round = 0; round < 2; round++) {
+        const char *want = round ? "cache.lens[0] = -1" : "cache.lens[1] = 10";
+        clattn_status st = clattn_decode_attention(ctx, &tq, &c, NULL, &to);
+        if (st != CLATTN_ERROR_INVALID_ARGUMENT || !strstr(clattn_last_error(ctx), want))
+            fail_msg("status %d: %s (expected \"%s\")", st, clattn_last_error(ctx), want);
+        assert_int_equal(clattn_tensor_read_blocking(ctx, &to, before), CLATTN_SUCCESS);
+        assert_memory_equal(before, o, sizeof o);
+        int *gl = h_read(&tl);
+        assert_memory_equal(gl, lens, sizeof lens); /* not advanced */
+        free(gl);
+        float *gk = h_read(&tk), *gv = h_read(&tv); /* nothing appended */
+        assert_memory_equal(gk, k, sizeof k);
+        assert_memory_equal(gv, k, sizeof k);
+        free(gk);
+        free(gv);
+        lens[0] = -1;
+        lens[1] = 3;
+        assert_int_equal(clattn_tensor_write_blocking(h_ctx, &tl, lens), CLATTN_SUCCESS);
+    }
     clattn_tensor *ts[] = {&tq, &tk, &tv, &tkn, &tvn, &tl, &to};
     for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
         clattn_tensor_release(ts[i]);
