@@ -259,6 +259,10 @@ clattn_status clattn_additive_scores_backward(clattn_context *ctx, const clattn_
     CHECK_ST(clattn__check_no_overlap(ctx, outs, 3, ins, 4));
     /* scratch: stand-ins for dqp and dkp not asked for (the kernels write both), w's partials */
     size_t nq_ = B * nq * h, nk_ = B * nk * h;
+    /* each fits 32-bit indexing (checked tensors), but not always together: dwp lies past both */
+    CHECK(ctx, 2 * nq_ + nk_ <= (size_t)INT32_MAX, CLATTN_ERROR_UNSUPPORTED,
+          "additive scores backward: %zu float32 intermediates exceed the kernels' 32-bit "
+          "indexing", 2 * nq_ + nk_);
     CHECK_ST(clattn__scratch(ctx, CLATTN_SCRATCH_MODULE, (2 * nq_ + nk_) * 4, &buf));
     clattn_tensor sq = clattn_view(buf, CLATTN_FLOAT32, 0, 3, (size_t[]){B, nq, h});
     clattn_tensor sk = clattn_view(buf, CLATTN_FLOAT32, nq_, 3, (size_t[]){B, nk, h});

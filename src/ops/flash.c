@@ -197,7 +197,9 @@ static clattn_status enqueue_cpu(clattn_context *ctx, const clattn_tuning *tune,
     size_t nqp = Q->dt != CLATTN_FLOAT32 ? (size_t)nb * a->nq * a->d : 0;
     size_t total = nkt + nvp + nvt + nvh + nqp;
     CHECK(ctx, total <= (size_t)INT32_MAX, CLATTN_ERROR_UNSUPPORTED,
-          "attention: packed Q, K and V of %zu elements exceed 32-bit indexing", total);
+          "attention: packed Q, K and V of %zu elements (keys padded to blocks of KB=%d, value "
+          "rows to %d columns) exceed 32-bit indexing; the unfused path (weights requested, or "
+          "CLATTN_TUNE=attention=unfused) packs none", total, KB, dvp);
     CHECK_ST(clattn__scratch(ctx, CLATTN_SCRATCH_ATTN, total * 4, &buf));
     const clattn_flash_operand *ops[4] = {Q, K, V, out};
     flash_defines(defines, sizeof defines, tune, ops, 1, 0, dvp);
