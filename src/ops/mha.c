@@ -238,7 +238,7 @@ clattn_status clattn_multihead_attention(clattn_context *ctx, const clattn_tenso
     clattn_status st = CLATTN_SUCCESS;
     clattn_mask_args m = {0};
     clattn_tuning att;
-    cl_mem buf;
+    cl_mem buf = NULL;
     size_t hid, kvhid;
     CHECK_DRY_RUN(ctx,
                   clattn_multihead_attention(ctx, queries, keys, values, w, opts, out, weights));
@@ -277,10 +277,19 @@ clattn_status clattn_multihead_attention(clattn_context *ctx, const clattn_tenso
     CHECK_ST(clattn__tune_bucket(ctx, "attention", clattn__head_bucket((size_t)dh, (size_t)dh), &att));
     int fused = !weights && clattn__flash_supports(&att, dh, dh);
     mha_layout l = layout(B, nq, nk, hid, kvhid, fused);
+    if (saved) { /* the projections live in opts.saved: the scratch holds the heads, if any */
+        size_t lead = fused ? l.total : l.qh;
+        l.qh -= lead;
+        l.kh -= lead;
+        l.vh -= lead;
+        l.oh -= lead;
+        l.total -= lead;
+    }
     CHECK(ctx, l.total <= (size_t)INT32_MAX, CLATTN_ERROR_UNSUPPORTED,
           "multihead_attention: %zu elements of projections and heads exceed 32-bit indexing",
           l.total);
-    CHECK_ST(clattn__scratch(ctx, CLATTN_SCRATCH_MODULE, l.total * 4, &buf));
+    if (l.total)
+        CHECK_ST(clattn__scratch(ctx, CLATTN_SCRATCH_MODULE, l.total * 4, &buf));
     /* the projections and the concatenation in scratch (the unfused path's over the projected
      * queries once they have been split), or in opts.saved */
     mha_place p = {buf, l.qp, l.kp, l.vp, fused ? l.qh : l.qp};
