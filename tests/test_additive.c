@@ -20,6 +20,7 @@ typedef struct {
     int no_weights;
     clattn_dtype xt, wt, ot; /* the inputs', W_q's, W_k's and w_v's, and out's dtypes */
     clattn_dtype awt;         /* the attention weights' */
+    int wv_1d;                /* w_v given as (h), not (1, h) */
 } add_case;
 
 static void ref_scores(const add_case *c, const double *qp, const double *kp, const float *wv,
@@ -65,7 +66,8 @@ static void run(const add_case *c)
     clattn_tensor tv = h_tensor_as(c->xt, 3, H_DIMS(B, nk, c->vs), v);
     clattn_tensor tWq = h_tensor_as(c->wt, 2, H_DIMS(h, c->qs), Wq);
     clattn_tensor tWk = h_tensor_as(c->wt, 2, H_DIMS(h, c->ks), Wk);
-    clattn_tensor twv = h_tensor_as(c->wt, 2, H_DIMS(1, h), wv);
+    clattn_tensor twv = c->wv_1d ? h_tensor_as(c->wt, 1, H_DIMS(h), wv)
+                                 : h_tensor_as(c->wt, 2, H_DIMS(1, h), wv);
     clattn_tensor to = h_tensor(c->ot, 3, H_DIMS(B, nq, c->vs), NULL);
     clattn_tensor tw = h_tensor(c->awt, 3, H_DIMS(B, nq, nk), NULL);
     clattn_tensor tl = h_tensor(CLATTN_FLOAT32, 2, H_DIMS(B, nq), NULL);
@@ -161,7 +163,12 @@ static void test_masks(void **s)
           {2, 6, 11, 5, 7, 3, 8, {H_LENS_1D, .bias_rank = 3, .bias_dims = {2, 6, 11},
                                   .bias_ninf = 7}},
           {2, 6, 11, 5, 7, 3, 8, {.causal = 1, .alibi_rank = 1, .alibi_dims = {2},
-                                  .alibi_mag = 2}});
+                                  .alibi_mag = 2}},
+          /* fill -inf (rows without keys NaN), bottom-right causal with Q > K, a window */
+          {3, 6, 17, 5, 7, 3, 8, {H_LENS_1D, 0, l, .fill = -INFINITY}},
+          {2, 9, 5, 5, 7, 3, 8, {.causal = 1, .align = 1, .fill = -INFINITY}},
+          {2, 6, 11, 5, 7, 3, 8, {.window = 1, .window_left = 2, .window_right = 1, .align = 1}},
+          {2, 6, 11, 5, 7, 3, 8, {H_LENS_2D}, .wv_1d = 1});
 }
 
 static void test_dropout(void **s)
