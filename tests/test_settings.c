@@ -96,20 +96,24 @@ static void test_directory_limits(void **s)
 {
     (void)s;
     size_t cache_max = CLATTN_PATH_MAX - CLATTN_CACHE_FILE_ROOM;
-    /* the longest cache path, mkstemp's template, just fits with its NUL */
-    assert_int_equal(cache_max + strlen("/clattn-0123456789abcdef.bin.XXXXXX"), CLATTN_PATH_MAX - 1);
+    /* the longest cache path, an entry's temporary name, just fits with its NUL (written at
+     * that length: test_long_cache_dir_used) */
+    assert_int_equal(cache_max + strlen("/clattn-0123456789abcdef.bin.-9223372036854775808-"
+                                        "ffffffffffffffff-ffffffffffffffff-99.tmp"),
+                     CLATTN_PATH_MAX - 1);
     check_limit(0, "params.cache_dir", cache_max);
     check_limit(1, "params.kernel_dir", CLATTN_PATH_MAX - CLATTN_KERNEL_FILE_ROOM);
 }
 
-/* ---- a 605-character cache directory ---- */
+/* ---- long cache directories ---- */
 
 static char base[] = "/tmp/clattn-settings-XXXXXX";
-static char deep[700];
+static char deep[CLATTN_PATH_MAX];
 
 /* base/ccc.../ccc... : nested components of at most 99 characters, len characters in all. */
 static void make_deep_dir(size_t len)
 {
+    strcpy(base, "/tmp/clattn-settings-XXXXXX");
     assert_non_null(mkdtemp(base));
     size_t n = strlen(base);
     memcpy(deep, base, n + 1);
@@ -123,10 +127,10 @@ static void make_deep_dir(size_t len)
     }
 }
 
-/* Removes the files in dir and returns how many were cache files. */
-static int empty_dir(const char *dir)
+/* Removes the files in dir and returns how many were cache files (*tmp: temporary ones). */
+static int empty_dir(const char *dir, int *tmp)
 {
-    char path[1024];
+    static char path[CLATTN_PATH_MAX + 300];
     int n = 0;
     DIR *d = opendir(dir);
     struct dirent *e;
@@ -134,7 +138,10 @@ static int empty_dir(const char *dir)
         return 0;
     while ((e = readdir(d)))
         if (e->d_name[0] != '.') {
-            n += strncmp(e->d_name, "clattn-", 7) == 0;
+            size_t len = strlen(e->d_name);
+            n += strncmp(e->d_name, "clattn-", 7) == 0 && len > 4 &&
+                 strcmp(e->d_name + len - 4, ".bin") == 0;
+            *tmp += len > 4 && strcmp(e->d_name + len - 4, ".tmp") == 0;
             snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
             remove(path);
         }
@@ -154,15 +161,15 @@ static void remove_deep_dir(void)
 }
 
 /* The cache lands in the directory given, not in a sibling named after its first 511
- * characters. */
-static void test_long_cache_dir_used(void **s)
+ * characters; at the longest directory taken too (the temporary name is the longest path: at a
+ * room sized for mkstemp's, the entry was never written, silently), leaving no temporary file. */
+static void cache_dir_used(size_t len)
 {
-    (void)s;
     float x[2 * 5];
     clattn_tensor t;
     clattn_params p = {0};
     h_fill(x, 10, -1, 1);
-    make_deep_dir(605);
+    make_deep_dir(len);
     p.cache_dir = deep;
     clattn_context *c = create(&p);
     assert_int_equal(clattn_tensor_create(c, CLATTN_FLOAT32, 2, H_DIMS(2, 5), x, &t), CLATTN_SUCCESS);
@@ -173,11 +180,19 @@ static void test_long_cache_dir_used(void **s)
     clattn_context_destroy(&c); /* writes the cache */
     char cut[512];
     snprintf(cut, sizeof cut, "%s", deep);
-    int files = empty_dir(deep), cut_files = empty_dir(cut);
+    int tmp = 0, files = empty_dir(deep, &tmp), cut_files = empty_dir(cut, &tmp);
     rmdir(cut);
     remove_deep_dir();
     assert_true(cache_on ? files >= 1 : files == 0);
     assert_int_equal(cut_files, 0);
+    assert_int_equal(tmp, 0);
+}
+
+static void test_long_cache_dir_used(void **s)
+{
+    (void)s;
+    cache_dir_used(605);
+    cache_dir_used(CLATTN_PATH_MAX - CLATTN_CACHE_FILE_ROOM);
 }
 
 /* ---- CLATTN_SYNC and params.sync ---- */

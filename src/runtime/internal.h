@@ -91,7 +91,10 @@ struct clattn_context {
 #else
 #define CLATTN_PATH_MAX 4096
 #endif
-#define CLATTN_CACHE_FILE_ROOM sizeof("/clattn-0123456789abcdef.bin.XXXXXX")
+/* the longest file name in a cache directory: an entry's temporary name (cache.c create_temp) */
+#define CLATTN_CACHE_FILE_ROOM                                                                   \
+    sizeof("/clattn-0123456789abcdef.bin.-9223372036854775808-ffffffffffffffff-ffffffffffffffff-" \
+           "99.tmp")
 #define CLATTN_KERNEL_FILE_ROOM 32
 
 /* ---- errors (status.c) ---- */
