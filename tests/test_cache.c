@@ -168,25 +168,32 @@ static uint64_t fnv1a(const unsigned char *p, size_t n)
 }
 
 /* A well-formed file (magic, key, size and checksum all right) whose payload is not a binary this
- * driver accepts, as after a driver update that kept its version string. */
+ * driver accepts, as after a driver update that kept its version string: 256 bytes of junk, or
+ * (odd i) as many as the real binary had, so that the rebuilt program is no larger (it was
+ * taken for what the file held, and never written back). */
 static void make_stale(const char *path, int i)
 {
-    (void)i;
-    unsigned char head[32], junk[256];
+    unsigned char head[32];
+    uint64_t size;
     FILE *f = fopen(path, "r+b");
     assert_non_null(f);
     assert_int_equal(fread(head, 1, sizeof head, f), sizeof head);
-    for (size_t j = 0; j < sizeof junk; j++)
+    memcpy(&size, head + 16, 8);
+    size = i % 2 ? size : 256;
+    unsigned char *junk = malloc(size);
+    assert_non_null(junk);
+    for (size_t j = 0; j < size; j++)
         junk[j] = (unsigned char)(j * 37 + 11);
-    uint64_t size = sizeof junk, sum = fnv1a(junk, sizeof junk);
+    uint64_t sum = fnv1a(junk, size);
     memcpy(head + 16, &size, 8);
     memcpy(head + 24, &sum, 8);
     fclose(f);
     f = fopen(path, "wb");
     assert_non_null(f);
     assert_int_equal(fwrite(head, 1, sizeof head, f), sizeof head);
-    assert_int_equal(fwrite(junk, 1, sizeof junk, f), sizeof junk);
+    assert_int_equal(fwrite(junk, 1, size, f), size);
     fclose(f);
+    free(junk);
 }
 
 static void test_stale_files_are_rebuilt(void **s)

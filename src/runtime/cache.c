@@ -94,8 +94,11 @@ static unsigned char *read_entry(const clattn_context *ctx, uint64_t key, size_t
     free(path);
     if (!f)
         return NULL;
-    if (fread(&h, sizeof h, 1, f) == 1 && memcmp(h.magic, magic, sizeof magic) == 0 &&
-        h.key == key && h.size > 0 && h.size < ((uint64_t)1 << 31) &&
+    struct stat sb;
+    /* the header's size against the file's before anything is allocated or read */
+    if (fstat(fileno(f), &sb) == 0 && fread(&h, sizeof h, 1, f) == 1 &&
+        memcmp(h.magic, magic, sizeof magic) == 0 && h.key == key && h.size > 0 &&
+        h.size < ((uint64_t)1 << 31) && (uint64_t)sb.st_size == sizeof h + h.size &&
         (data = malloc((size_t)h.size + 1)) &&
         fread(data, 1, (size_t)h.size + 1, f) == h.size && /* + 1: nothing may follow */
         clattn__fnv1a(CLATTN_FNV_OFFSET, data, (size_t)h.size) == h.sum) {
@@ -124,6 +127,7 @@ cl_program clattn__cache_load(clattn_context *ctx, uint64_t key, size_t *size)
     }
     if (p) /* stale: another driver's binary, or one this driver no longer accepts */
         clReleaseProgram(p);
+    *size = 0; /* so that the program built from source replaces it, whatever its size */
     return NULL;
 }
 
