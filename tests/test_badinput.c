@@ -528,7 +528,10 @@ static clattn_status wrap_with(cl_context c, cl_device_id d, cl_command_queue q)
     X(merge_null_ctx, INVALID_ARGUMENT, "ctx", clattn_attention_merge(NULL, 2, mparts, mlses,  \
       &O, &lse_y))                                                                             \
     X(create_null_out, INVALID_ARGUMENT, "ctx", clattn_context_create(NULL, NULL))             \
-    X(create_no_such_device, DEVICE_NOT_FOUND, "nosuchdevice", create_with("nosuchdevice", 0)) \
+    X(create_no_such_device, DEVICE_NOT_FOUND, "params.device 'nosuchdevice' matches no",     \
+      create_with("nosuchdevice", 0))                                                          \
+    X(create_bare_number, DEVICE_NOT_FOUND, "params.device '100' is a bare number",            \
+      create_with("100", 0))                                                                   \
     X(create_bad_variant, INVALID_ARGUMENT, "warp", create_with(NULL, "matmul=warp"))          \
     X(create_bad_op, INVALID_ARGUMENT, "nosuchop", create_with(NULL, "nosuchop=cpu"))          \
     X(create_bad_param, INVALID_ARGUMENT, "XX", create_with(NULL, "matmul=gpu:XX=3"))          \
@@ -537,7 +540,7 @@ static clattn_status wrap_with(cl_context c, cl_device_id d, cl_command_queue q)
     X(wrap_null_queue, INVALID_ARGUMENT, "queue", wrap_with(CLCTX, DEV, NULL))                 \
     X(wrap_foreign_queue, INVALID_ARGUMENT, "queue", wrap_with(CLCTX, DEV, other_queue))       \
     X(finish_null, INVALID_ARGUMENT, "ctx", clattn_finish(NULL))                               \
-    X(list_no_such_device, DEVICE_NOT_FOUND, "nosuchdevice",                                   \
+    X(list_no_such_device, DEVICE_NOT_FOUND, "spec 'nosuchdevice' matches no device",         \
       clattn_list_devices("nosuchdevice", small_listing, sizeof small_listing))                \
     X(create_tensor_null_ctx, INVALID_ARGUMENT, "ctx",                                         \
       clattn_tensor_create(NULL, CLATTN_FLOAT32, 1, H_DIMS(4), NULL, &junk))                   \

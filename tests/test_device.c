@@ -94,6 +94,10 @@ static void test_substrings(void **s)
     assert_int_equal(clattn__match_device("advanced micro", mixed, N_MIXED), 3);
     assert_int_equal(clattn__match_device("fpga", mixed, N_MIXED), 4);
     assert_int_equal(clattn__match_device("nosuchdevice", mixed, N_MIXED), -1);
+    /* a bare number is no index and no name ("100" is in "H100", "5" in "avx512") */
+    assert_int_equal(clattn__match_device("100", mixed, N_MIXED), -1);
+    assert_int_equal(clattn__match_device("0", mixed, N_MIXED), -1);
+    assert_int_equal(clattn__match_device("H1", mixed, N_MIXED), 2);
     /* not P:D forms fall back to substrings */
     assert_int_equal(clattn__match_device("1:", mixed, N_MIXED), -1);
     assert_int_equal(clattn__match_device(":0", mixed, N_MIXED), -1);

@@ -58,6 +58,16 @@ static int parse_index_pair(const char *spec, int *p, int *dev)
     return *s == '\0';
 }
 
+static int all_digits(const char *s)
+{
+    if (!s || !*s)
+        return 0;
+    for (; *s; s++)
+        if (*s < '0' || *s > '9')
+            return 0;
+    return 1;
+}
+
 /* Names are matched in tiers, the first device in enumeration order winning within a tier: an
  * exact platform or device name, then a substring of the platform name, of the platform vendor,
  * of the device name, of the device vendor. So "intel" picks Intel's own platform before PoCL,
@@ -101,6 +111,8 @@ int clattn__match_device(const char *spec, const clattn_device_desc *d, int n)
                 return i;
         return -1;
     }
+    if (all_digits(spec)) /* not an index, and no name either: "5" is in "avx512" */
+        return -1;
     return match_name(spec, d, n);
 }
 
@@ -178,9 +190,23 @@ static void format_list(const device_list *L, int selected, char *buf, size_t si
     }
 }
 
-static const char *effective_spec(const char *spec)
+/* spec, else CLATTN_DEVICE's value; *name: where it came from (arg, or the variable) */
+static const char *effective_spec(const char *spec, const char *arg, const char **name)
 {
+    *name = spec ? arg : "CLATTN_DEVICE";
     return spec ? spec : getenv("CLATTN_DEVICE");
+}
+
+/* The failure for a spec (from name) that matches no device; listing: the devices' list, or
+ * "" where the caller gets it elsewhere. */
+static clattn_status no_match(const char *name, const char *spec, const char *listing)
+{
+    const char *why = all_digits(spec) ? "is a bare number, which selects no device"
+                                       : "matches no device";
+    return clattn__fail(NULL, CLATTN_ERROR_DEVICE_NOT_FOUND,
+                        "%s '%s' %s; select with P:D (platform:device indices), cpu, gpu, "
+                        "accelerator or a name substring%s%s", name, spec ? spec : "", why,
+                        *listing ? ". Available devices:\n" : "", listing);
 }
 
 /* Used by context.c: resolves spec to a platform and device, or fails with the device list. */
@@ -189,9 +215,10 @@ clattn_status clattn__select_device(const char *spec, cl_platform_id *platform, 
     device_list *l = malloc(sizeof *l);
     char listing[4096];
     clattn_status st = CLATTN_SUCCESS;
+    const char *name;
     if (!l)
         return clattn__fail(NULL, CLATTN_ERROR_OUT_OF_MEMORY, "out of host memory");
-    spec = effective_spec(spec);
+    spec = effective_spec(spec, "params.device", &name);
     enumerate(l);
     if (l->n == 0) {
         st = clattn__fail(NULL, CLATTN_ERROR_NO_PLATFORM,
@@ -203,10 +230,7 @@ clattn_status clattn__select_device(const char *spec, cl_platform_id *platform, 
     int i = clattn__match_device(spec, l->desc, l->n);
     if (i < 0) {
         format_list(l, -1, listing, sizeof listing);
-        st = clattn__fail(NULL, CLATTN_ERROR_DEVICE_NOT_FOUND,
-                          "CLATTN_DEVICE '%s' matches no device; available devices "
-                          "(select with P:D, cpu, gpu, accelerator or a name substring):\n%s",
-                          spec, listing);
+        st = no_match(name, spec, listing);
         goto done;
     }
     *platform = l->platform[i];
@@ -220,9 +244,10 @@ clattn_status clattn_list_devices(const char *spec, char *buf, size_t size)
 {
     device_list *l = malloc(sizeof *l);
     clattn_status st = CLATTN_SUCCESS;
+    const char *name;
     if (!l)
         return clattn__fail(NULL, CLATTN_ERROR_OUT_OF_MEMORY, "out of host memory");
-    spec = effective_spec(spec);
+    spec = effective_spec(spec, "spec", &name);
     enumerate(l);
     int i = clattn__match_device(spec, l->desc, l->n);
     if (buf)
@@ -230,8 +255,7 @@ clattn_status clattn_list_devices(const char *spec, char *buf, size_t size)
     if (l->n == 0)
         st = clattn__fail(NULL, CLATTN_ERROR_NO_PLATFORM, "no OpenCL device found");
     else if (i < 0)
-        st = clattn__fail(NULL, CLATTN_ERROR_DEVICE_NOT_FOUND, "CLATTN_DEVICE '%s' matches no device",
-                          spec);
+        st = no_match(name, spec, "");
     free(l);
     return st;
 }
