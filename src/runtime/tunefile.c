@@ -25,8 +25,9 @@
 #define TUNE_MAX_BYTES (64 * 1024)
 
 /* The default tune file's directory for ctx, or "" when there is none (no cache_dir, no XDG or
- * HOME); dir has CLATTN_PATH_MAX bytes. */
-static void default_dir(const clattn_context *ctx, char *dir)
+ * HOME) or it is too long for the file's path (*too_long then 1); dir has CLATTN_PATH_MAX
+ * bytes. */
+static void default_dir(const clattn_context *ctx, char *dir, int *too_long)
 {
     const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
     int n = -1;
@@ -36,7 +37,8 @@ static void default_dir(const clattn_context *ctx, char *dir)
         n = snprintf(dir, CLATTN_PATH_MAX, "%s/clattn", xdg);
     else if (home && home[0])
         n = snprintf(dir, CLATTN_PATH_MAX, "%s/.cache/clattn", home);
-    if (n < 0 || n >= CLATTN_PATH_MAX - 48)
+    *too_long = n >= CLATTN_PATH_MAX - 48;
+    if (n < 0 || *too_long)
         dir[0] = '\0';
 }
 
@@ -44,12 +46,14 @@ static void default_dir(const clattn_context *ctx, char *dir)
 static int resolve_path(clattn_context *ctx)
 {
     char dir[CLATTN_PATH_MAX];
+    int too_long;
     if (ctx->tune_path[0])
         return 1;
-    default_dir(ctx, dir);
+    default_dir(ctx, dir, &too_long);
     if (!dir[0]) {
-        snprintf(ctx->tune_note, sizeof ctx->tune_note, "no tune file: no cache directory "
-                 "(CLATTN_CACHE_DIR, XDG_CACHE_HOME or HOME); CLATTN_TUNE_FILE names one");
+        snprintf(ctx->tune_note, sizeof ctx->tune_note, "no tune file: %s (CLATTN_CACHE_DIR, "
+                 "XDG_CACHE_HOME or HOME); CLATTN_TUNE_FILE names one",
+                 too_long ? "the cache directory is too long for its path" : "no cache directory");
         return 0;
     }
     uint64_t h = CLATTN_FNV_OFFSET;
