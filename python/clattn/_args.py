@@ -30,6 +30,30 @@ def int_arg(value, name, lo=-2**31, hi=2**31 - 1):
     return v
 
 
+def bool_arg(value, name):
+    """value as 0 or 1 from a bool (or NumPy's) or the integers 0 and 1, else an error naming
+    the argument: bool() would take causal="no" for True."""
+    if isinstance(value, (bool, np.bool_)) or (isinstance(value, (int, np.integer))
+                                                and value in (0, 1)):
+        return int(bool(value))
+    raise TypeError(f"{name}: expected True or False, got {value!r}")
+
+
+def float32_arg(value, name):
+    """value as a float that float32 holds as itself or as an infinity it already was, else an
+    error naming the argument: ctypes' c_float would make 1e40 an infinity without a word."""
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise TypeError(f"{name}: expected a number, got {value!r}") from None
+    if math.isfinite(v) and abs(v) > _FLT_MAX:
+        raise ValueError(f"{name}: {value} is outside float32's range (+-3.4028235e38)")
+    return v
+
+
+_FLT_MAX = float(np.finfo(np.float32).max)
+
+
 def dropout_key(seed, offset):
     """The Philox stream's seed and offset, each a uint64."""
     return int_arg(seed, "seed", 0, 2**64 - 1), int_arg(offset, "offset", 0, 2**64 - 1)
@@ -126,9 +150,9 @@ class Call:
                 mask = np.ascontiguousarray(arr if arr.dtype == np.int32 else arr != 0,
                                             np.int32)
             m.mask = _ptr(self.array(mask, "mask", ("int32",)).tensor)
-        m.causal = int(bool(causal))
+        m.causal = bool_arg(causal, "causal")
         if fill is not None:
-            m.fill = float(fill)
+            m.fill = float32_arg(fill, "fill")
             if m.fill == 0.0:
                 raise ValueError("fill: 0 means the default fill in clattn; give a nonzero value")
         if align not in _ALIGN:
@@ -172,7 +196,7 @@ class Call:
         if dropout_p:
             o.dropout = _lib.Dropout(float(dropout_p), 1, *dropout_key(seed, offset))
         if scale is not None:
-            o.scale = float(scale)
+            o.scale = float32_arg(scale, "scale")
             if o.scale == 0.0 or not math.isfinite(o.scale):
                 raise ValueError(f"scale: expected a finite nonzero scale, got {scale}")
         o.lse = _ptr(None if lse is None else lse.tensor)

@@ -247,6 +247,18 @@ class Array:
         elif shape is None or dtype is None:
             raise TypeError("shape, dtype: required when data is a pyopencl.Buffer")
         dtype, shape = dtype_name(dtype), _shape(shape)
+        try:
+            offset = operator.index(offset)
+        except TypeError:
+            raise TypeError(f"offset: expected an integer, got {offset!r}") from None
+        if offset < 0:
+            raise ValueError(f"offset: {offset} is negative")
+        if not hasattr(buf, "int_ptr") or not hasattr(buf, "size"):
+            raise TypeError(f"data: expected a pyopencl Buffer or Array, got {type(data).__name__}")
+        need = (offset + int(np.prod(shape))) * _ITEMSIZE[dtype]
+        if need > buf.size:
+            raise ValueError(f"shape, offset: the view needs {need} bytes, the buffer has "
+                             f"{buf.size}")
         dims = (ctypes.c_size_t * _lib.MAX_DIMS)(*shape)
         t = lib.clattn_view(buf.int_ptr, DTYPES[dtype], offset, len(shape), dims)
         return cls(ctx, t, owner=False, base=data)
@@ -264,9 +276,11 @@ class Array:
     # ---- lifetime ----
     def release(self):
         """Drops this Array's hold on its buffer: the memory is freed once no Array over it (an
-        owner or a view) holds it, and OpenCL keeps it until enqueued work using it has run."""
-        self._t = _lib.Tensor()
-        self._base = None
+        owner or a view) holds it, and OpenCL keeps it until enqueued work using it has run.
+        Under the context's lock: another thread's call on this Array holds it for the call."""
+        with self.context._lock:
+            self._t = _lib.Tensor()
+            self._base = None
 
 
 def empty(ctx, shape, dtype="float32"):
@@ -325,13 +339,15 @@ def from_host(ctx, data, dtype=None):
         else:
             raise TypeError(f"data: dtype {arr.dtype} has no clattn dtype")
     dtype = dtype_name(dtype)
+    if src is None and arr.dtype.kind not in "fiub":  # complex parts or strings: no silent cast
+        raise TypeError(f"data: {arr.dtype} data cannot become {dtype}")
     if dtype == "int32":
         if arr.dtype.kind not in "iub":
             raise TypeError(f"data: {arr.dtype} data cannot become int32")
         if arr.size and arr.dtype.kind != "b" and (arr.min() < -2**31 or arr.max() >= 2**31):
             raise ValueError("data: values outside int32's range")
         host = np.ascontiguousarray(arr, np.int32)
-    elif dtype == src or (dtype == "float32" and src is None):
+    elif dtype == src or dtype == "float32":  # one rounding, numpy's to nearest even
         host = np.ascontiguousarray(arr, _NUMPY.get(dtype, arr.dtype))
     else:
         # Other data to a 16-bit dtype: float32 on the host, then clattn_convert, so the rounding

@@ -15,8 +15,14 @@ spec given to devices() (default: CLATTN_DEVICE, else the first GPU, accelerator
 it."""
 
 
-def _enc(s):
-    return None if s is None else str(s).encode()
+def _enc(s, name):
+    """s as the C string the library reads; a NUL inside would cut it short there."""
+    if s is None:
+        return None
+    s = str(s)
+    if "\0" in s:
+        raise ValueError(f"{name}: contains a NUL character")
+    return s.encode()
 
 
 def devices(spec=None):
@@ -24,7 +30,7 @@ def devices(spec=None):
     size = 1 << 16
     while True:
         buf = ctypes.create_string_buffer(size)
-        lib.clattn_list_devices(_enc(spec), buf, size)
+        lib.clattn_list_devices(_enc(spec, "spec"), buf, size)
         text = buf.value.decode(errors="replace")
         if len(text) < size - 1:
             break
@@ -41,9 +47,11 @@ def devices(spec=None):
 def _params(tuning, kernel_dir, cache_dir, sync, tune_file, device=None):
     if sync not in (None, True, False):
         raise TypeError(f"sync: expected None, True or False, got {sync!r}")
-    return _lib.Params(device=_enc(device), tuning=_enc(tuning), kernel_dir=_enc(kernel_dir),
-                       cache_dir=_enc(cache_dir), sync={None: 0, True: 1, False: -1}[sync],
-                       tune_file=_enc(tune_file))
+    return _lib.Params(device=_enc(device, "device"), tuning=_enc(tuning, "tuning"),
+                       kernel_dir=_enc(kernel_dir, "kernel_dir"),
+                       cache_dir=_enc(cache_dir, "cache_dir"),
+                       sync={None: 0, True: 1, False: -1}[sync],
+                       tune_file=_enc(tune_file, "tune_file"))
 
 
 class Context:
@@ -140,7 +148,7 @@ class Context:
         matmul, softmax, attention, decode, backward or half, optionally with a bucket:
         "@d64" / "@d128" / "@d256" (attention, decode, backward) or "@small" (matmul)."""
         buf = ctypes.create_string_buffer(1024)
-        self.call(lib.clattn_context_tuning, _enc(op), buf, len(buf))
+        self.call(lib.clattn_context_tuning, _enc(op, "op"), buf, len(buf))
         return buf.value.decode()
 
     def finish(self):

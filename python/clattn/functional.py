@@ -13,7 +13,7 @@ diagonal, None = unbounded).
 import ctypes
 
 from . import _lib
-from ._args import Call, dropout_key, int_arg, out_dtype as _out_dtype
+from ._args import Call, bool_arg, dropout_key, float32_arg, int_arg, out_dtype as _out_dtype
 from ._lib import lib
 from .array import Array
 
@@ -279,7 +279,7 @@ def decode_attention(queries, k_cache, v_cache, lens, k_new=None, v_new=None, *,
     Q = _shape(c, queries, "queries", 4, 4)
     kv = _lib.KVCache(c.tensor(k_cache, "k_cache"), c.tensor(v_cache, "v_cache"),
                       c.tensor(lens, "lens", ("int32",)), c.tensor(k_new, "k_new"),
-                      c.tensor(v_new, "v_new"), int(bool(advance)))
+                      c.tensor(v_new, "v_new"), bool_arg(advance, "advance"))
     m = c.mask(None, None, causal, fill, "bottom_right", window)
     lse = c.output(None, "lse", Q.shape[:-1], "float32") if need_lse else None
     o = c.opts(m, 0.0, 0, 0, scale, lse, None, alibi_slopes)
@@ -301,8 +301,9 @@ def matmul(A, B, trans_a=False, trans_b=False, *, alpha=1.0, beta=0.0, out=None,
     m = a.shape[-1] if trans_a else a.shape[-2]
     n = b.shape[-2] if trans_b else b.shape[-1]
     out = c.output(out, "out", lead + (m, n), _out_dtype(out_dtype, a.dtype))
-    c.call(lib.clattn_matmul, _t(a), int(bool(trans_a)), _t(b), int(bool(trans_b)),
-           float(alpha), float(beta), _t(out))
+    c.call(lib.clattn_matmul, _t(a), bool_arg(trans_a, "trans_a"), _t(b),
+           bool_arg(trans_b, "trans_b"),
+           float32_arg(alpha, "alpha"), float32_arg(beta, "beta"), _t(out))
     return out
 
 
@@ -323,7 +324,7 @@ def dropout(x, p, *, seed=0, offset=0, training=True, out=None, ctx=None):
     xa = c.array(x, "x")
     if not 0.0 <= float(p) <= 1.0:
         raise ValueError(f"p: expected a probability in [0, 1], got {p}")
-    d = _lib.Dropout(float(p), int(bool(training)), *dropout_key(seed, offset))
+    d = _lib.Dropout(float(p), bool_arg(training, "training"), *dropout_key(seed, offset))
     out = c.output(out, "out", xa.shape, xa.dtype)
     c.call(lib.clattn_dropout, _t(xa), ctypes.byref(d), _t(out))
     return out

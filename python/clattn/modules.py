@@ -106,10 +106,12 @@ class DotProductAttention(Module):
                                       need_weights=self.need_weights, need_lse=True,
                                       ctx=self.ctx, **drop, **kwargs)
         out, self.attention_weights, lse = res if self.need_weights else (res[0], None, res[1])
+        ctx = self.ctx  # the closures hold no self: module -> closure -> module would keep the
+        # device memory they hold until the cyclic garbage collector ran
 
         def backward(dout):
             g = F.dot_product_attention_backward(queries, keys, values, dout, valid_lens,
-                                                 out=out, lse=lse, ctx=self.ctx, **drop,
+                                                 out=out, lse=lse, ctx=ctx, **drop,
                                                  **_backward_kwargs(kwargs))
             return dict(zip(("dqueries", "dkeys", "dvalues"), g))
         self._backward = backward
@@ -150,9 +152,9 @@ class AdditiveAttention(Module):
                                    valid_lens, need_weights=self.need_weights, ctx=self.ctx,
                                    **drop, **kwargs)
         out, self.attention_weights = res if self.need_weights else (res, None)
-        weights = (self.W_q, self.W_k, self.w_v)
+        weights, ctx = (self.W_q, self.W_k, self.w_v), self.ctx  # no self: see above
         self._backward = lambda dout: F.additive_attention_backward(
-            queries, keys, values, *weights, dout, valid_lens, ctx=self.ctx, **drop,
+            queries, keys, values, *weights, dout, valid_lens, ctx=ctx, **drop,
             **_backward_kwargs(kwargs))
         return out
 
@@ -230,9 +232,9 @@ class MultiHeadAttention(Module):
         out = res.pop(0)
         self.attention_weights = res.pop(0) if self.need_weights else None
         saved = res.pop(0) if self.training else None
-        weights = dict(self.weights)
+        weights, ctx, heads, kv_heads = dict(self.weights), self.ctx, self.num_heads, \
+            self.num_kv_heads  # no self: see DotProductAttention.forward
         self._backward = lambda dout: F.multihead_attention_backward(
-            queries, keys, values, dout, self.num_heads, valid_lens=valid_lens,
-            num_kv_heads=self.num_kv_heads, saved=saved, ctx=self.ctx, **weights, **drop,
-            **_backward_kwargs(kwargs))
+            queries, keys, values, dout, heads, valid_lens=valid_lens, num_kv_heads=kv_heads,
+            saved=saved, ctx=ctx, **weights, **drop, **_backward_kwargs(kwargs))
         return out

@@ -192,3 +192,19 @@ def test_context_from_any_array_argument(ctx):
         assert clattn.dot_product_attention(Q, Q, Q, bias=bias).context is other
     finally:
         other.close()
+
+
+def test_int32_data_to_float32_rounds_once(ctx):
+    # int32 above 2^24 to float32: NumPy's rounding to nearest even, not the 16-bit targets'
+    # round-to-odd staging (which gave 16777218 twice)
+    data = np.array([16777217, 16777219, -16777217, 2**31 - 1], np.int32)
+    got = ctx.array(data, "float32").numpy()
+    assert np.array_equal(got, data.astype(np.float32))
+    assert np.array_equal(ctx.array(data.astype(np.int64), "float32").numpy(), got)
+
+
+def test_complex_and_string_data_refused(ctx):
+    with pytest.raises(TypeError, match="data: complex128 data cannot become float32"):
+        ctx.array(np.array([1 + 2j]), "float32")
+    with pytest.raises(TypeError, match="data: <U3 data cannot become float16"):
+        ctx.array(np.array(["1.5"]), "float16")

@@ -181,3 +181,33 @@ def test_context_tuning_and_tune_file(tmp_path):
         assert "ignored" in c.tune_note and "corrupt" in c.tune_note
     finally:
         c.close()
+
+
+def test_floats_and_flags_checked_before_ctypes(ctx):
+    # c_float would make 1e40 an infinity (fill -1e40 turning d2l's finite fill into -inf's NaN
+    # rows) and bool() takes any string for True: each is an error naming the argument.
+    x = f32(2, 3, 4)
+    with pytest.raises(ValueError, match="fill: -1e\\+40 is outside float32's range"):
+        clattn.masked_softmax(x, [1, 2], fill=-1e40)
+    with pytest.raises(ValueError, match="alpha"):
+        clattn.matmul(f32(2, 3), f32(3, 2), alpha=1e40)
+    with pytest.raises(ValueError, match="beta"):
+        clattn.matmul(f32(2, 3), f32(3, 2), beta=-1e39, out=ctx.full((2, 2), 1.0))
+    with pytest.raises(ValueError, match="scale"):
+        clattn.dot_product_attention(f32(1, 2), f32(1, 2), f32(1, 2), scale=1e39)
+    with pytest.raises(TypeError, match="causal: expected True or False"):
+        clattn.masked_softmax(x, causal="no")
+    with pytest.raises(TypeError, match="trans_a"):
+        clattn.matmul(f32(2, 3), f32(2, 3), trans_a="yes")
+    with pytest.raises(TypeError, match="training"):
+        clattn.dropout(x, 0.5, training=2)
+    # -inf stays a fill (PyTorch's), finite extremes stay finite
+    assert np.isnan(clattn.masked_softmax(x, [0, 2], fill=-np.inf).numpy()[0]).all()
+    assert np.allclose(clattn.masked_softmax(x, [0, 2], fill=-3.4e38).numpy()[0], 0.25)
+
+
+def test_strings_with_nul_refused():
+    with pytest.raises(ValueError, match="device: contains a NUL"):
+        clattn.Context(device="cpu\0zzz")
+    with pytest.raises(ValueError, match="cache_dir: contains a NUL"):
+        clattn.Context(cache_dir="/tmp/x\0y")
