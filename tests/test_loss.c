@@ -4,6 +4,7 @@
  * log-sum-exps, in place; CLATTN_SYNC's checks of device values; bad input. */
 #include "harness.h"
 #include "ref.h"
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,7 +28,10 @@ typedef struct {
     int special;      /* 1: position 1 all -inf; 2: a NaN logit at the last position (weight 0
                          where a length ends before it); 3: +inf in position 1 (ignored with
                          ignore_every 2: its loss 0, its gradient row NaN, as in PyTorch); 4:
-                         every logit 1e6 more (near ties far from 0) */
+                         every logit 1e6 more (near ties far from 0); 5: labels outside
+                         [0, V) without CLATTN_SYNC (-1 at position 1, V at the last, INT_MIN
+                         and INT_MAX in the middle): NaN losses and gradient rows, never a read
+                         outside the row */
     int save_lse;     /* the forward's lse goes to the backward (else NULL: recomputed) */
     int inplace;      /* dlogits = logits */
 } ce_case;
@@ -61,6 +65,12 @@ static void run(const ce_case *c)
     h_fill(dl, (size_t)B, -1, 1);
     for (size_t r = 0; r < rows; r++)
         lab[r] = c->ignore_every && r % (size_t)c->ignore_every == 1 ? -100 : h_randint(0, V - 1);
+    if (c->special == 5) {
+        lab[1] = -1;
+        lab[rows - 1] = V;
+        lab[rows / 2] = rows / 2 == 1 ? -1 : INT_MIN;
+        lab[rows / 2 + 1] = INT_MAX;
+    }
     if (c->special == 1)
         for (int v = 0; v < V; v++)
             x[(size_t)V + v] = -INFINITY;
@@ -91,7 +101,7 @@ static void run(const ce_case *c)
             m = isfinite(m) ? m : 0;
             double ls = isfinite(rlse[r]) ? rlse[r] - m : 0;
             double e = c->save_lse && fabs(rlse[r]) < 256 ? fabs(rlse[r]) : 0;
-            if (t < len && lab[r] != -100) /* an ignored label's ce is exactly 0 */
+            if (t < len && lab[r] >= 0 && lab[r] < V) /* an ignored label's ce is exactly 0 */
                 lsc[b] += fmin(1 + fabs(m - xd[r * V + lab[r]]) + fabs(ls),
                                fabs(rlse[r]) + fabs(xd[r * V + lab[r]])) / T;
             for (int v = 0; v < V; v++) {
@@ -198,7 +208,8 @@ static void test_lengths_and_labels(void **s)
     (void)s;
     static const int l0[] = {0, 4, 2}, lc[] = {-3, 9, 1}, l5[] = {5, 0, 3, 5};
     CASES({3, 4, 9, l0, 3}, {3, 4, 9, lc, 3, 0, 0, 1}, {4, 5, 6, l5, 3, 3},
-          {4, 5, 6, l5, 3, 2, 0, 1, 1}, {3, 4, 33, l0, 3, 1, 0, 0});
+          {4, 5, 6, l5, 3, 2, 0, 1, 1}, {3, 4, 33, l0, 3, 1, 0, 0}, {3, 4, 9, NULL, 3, 0, 5},
+          {4, 5, 6, l5, 3, 0, 5, 1, 1});
 }
 
 /* Large logits (the maximum is subtracted), and -inf, +inf and NaN logits: NaN losses and
