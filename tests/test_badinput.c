@@ -49,6 +49,9 @@ static clattn_tensor q4, k4_h3, v4_h3, k4_h2, v4_h1, k4_b2, v4_b2, o4, q3_h4, k3
 static clattn_tensor lse_y, lse_y8, lse_bad, lse_int, lse_in_o, lse_in_q, y_mask6, merge_out_r1;
 static clattn_tensor mparts[2], mlses[2], mparts_bad[2], mlses_bad[2], mlses_in_o[2], mparts_int[2];
 /* Issue 11: decoding (Q (2, 2, 1, 8) over caches (2, 1, 6, .), out (2, 2, 1, 3) in O). */
+/* the loss: logits (2, 5, 4) and (2, 5, 3) over Q, labels (2, 5), dloss (2); outputs partly
+ * over the logits, over dloss, and the loss over its own lse */
+static clattn_tensor lg4, lg4_shifted, lg3, lab25, dl2_y, dx_over_dl, loss_y, lse_over_loss;
 /* head size 257 (decode takes up to 256): Q and K over big257, one sequence of one key */
 static clattn_tensor big257, dq257, dk257, dv257, dlens1, dout257;
 static clattn_kv_cache dc257;
@@ -155,6 +158,15 @@ static void make_decode_views(void)
     dkn = view(&A, 0, 4, H_DIMS(2, 1, 1, 8));
     dvn = view(&A, 16, 4, H_DIMS(2, 1, 1, 3));
     dkn_bad = view(&Kk, 0, 4, H_DIMS(2, 1, 2, 8)); /* 2 new rows for Q's 1 */
+    static const int lab10[10] = {0, 1, 2, 3, 0, 1, 2, 3, 0, 1};
+    lg4 = view(&Q, 0, 3, H_DIMS(2, 5, 4));
+    lg4_shifted = view(&Q, 8, 3, H_DIMS(2, 5, 4));
+    lg3 = view(&Q, 0, 3, H_DIMS(2, 5, 3));
+    lab25 = h_tensor_exact(CLATTN_INT32, 2, H_DIMS(2, 5), lab10);
+    dl2_y = view(&Y, 0, 1, H_DIMS(2));
+    dx_over_dl = view(&Y, 0, 3, H_DIMS(2, 5, 3));
+    loss_y = view(&Y, 0, 1, H_DIMS(2));
+    lse_over_loss = view(&Y, 1, 2, H_DIMS(2, 5));
     big257 = mk(1, H_DIMS(257), -1);
     dq257 = view(&big257, 0, 4, H_DIMS(1, 1, 1, 257));
     dk257 = view(&big257, 0, 4, H_DIMS(1, 1, 1, 257));
@@ -1000,6 +1012,14 @@ static clattn_status wrap_with(cl_context c, cl_device_id d, cl_command_queue q)
       clattn_masked_softmax_ce_loss(CTX, &Q, &mask_i, NULL, &Y, NULL))                         \
     X(loss_bwd_dlogits, SHAPE_MISMATCH, "labels", clattn_masked_softmax_ce_loss_backward(CTX, \
       &Q, &mask_i, NULL, NULL, &Y, &X8))                                                       \
+    X(loss_bwd_dlogits_part_over, INVALID_ARGUMENT, "dlogits: overlaps logits without being",  \
+      clattn_masked_softmax_ce_loss_backward(CTX, &lg4, &lab25, NULL, NULL, &dl2_y,            \
+                                             &lg4_shifted))                                    \
+    X(loss_bwd_dlogits_over_dloss, INVALID_ARGUMENT, "dlogits: overlaps dloss",                \
+      clattn_masked_softmax_ce_loss_backward(CTX, &lg3, &lab25, NULL, NULL, &dl2_y,            \
+                                             &dx_over_dl))                                     \
+    X(loss_over_lse, INVALID_ARGUMENT, "overlaps", clattn_masked_softmax_ce_loss(CTX, &lg4,    \
+      &lab25, NULL, &loss_y, &lse_over_loss))                                                  \
     X(axpy_shape, SHAPE_MISMATCH, "y: shape (6, 7), expected x's shape (2, 3, 5)",             \
       clattn_axpy(CTX, 1, &S, &C))                                                             \
     X(merge_out_float16, INVALID_TENSOR, "out: dtype float16, expected float32",               \
@@ -1318,7 +1338,7 @@ static int teardown(void **st)
 {
     clattn_tensor *all[] = {&A, &B, &C, &bias7, &S, &Y, &Q, &Kk, &V, &O, &Wt, &W4, &Hd, &X8,
                             &wv8, &Wq, &Wk, &wv4, &Wlin, &Mq, &Mk, &Mv, &Mo, &lens3, &mask_f, &mask_i,
-                            &small_buf, &junk, &Par, &hp_A, &hp_C, &dlens, &big257};
+                            &small_buf, &junk, &Par, &hp_A, &hp_C, &dlens, &big257, &lab25};
     clReleaseMemObject(sub);
     clReleaseMemObject(foreign);
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
