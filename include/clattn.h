@@ -587,7 +587,8 @@ CLATTN_API clattn_status clattn_additive_attention_backward(clattn_context *ctx,
                                                             const clattn_additive_grads *grads);
 
 /* y += alpha x, elementwise (float32, the same shape; x must not overlap y): the update of an SGD
- * step, alpha = -learning rate, x a gradient and y its weight. */
+ * step, alpha = -learning rate, x a gradient and y its weight. alpha must be finite
+ * (CLATTN_ERROR_INVALID_ARGUMENT otherwise). */
 CLATTN_API clattn_status clattn_axpy(clattn_context *ctx, float alpha, const clattn_tensor *x,
                                      const clattn_tensor *y);
 

@@ -29,6 +29,7 @@ typedef struct {
     int align, window, wl, wr; /* clattn_mask's align, window, window_left, window_right */
     clattn_dtype xt, yt;   /* the scores' and the output's dtypes (0: float32) */
     int ninf;              /* > 0: every ninf-th score is -inf (1: every score) */
+    int nan_at, pinf_at;   /* > 0: every nan_at-th score NaN, every pinf_at-th +inf (from 1) */
     int views;             /* 1: scores and output are views at x_off, y_off into larger buffers */
     size_t x_off, y_off;
 } sm_case;
@@ -88,6 +89,10 @@ static void run(const sm_case *c)
     h_fill(x, n, -c->scale, c->scale);
     for (size_t i = 0; c->ninf && i < n; i += (size_t)c->ninf)
         x[i] = -INFINITY;
+    for (size_t i = 1; c->nan_at && i < n; i += (size_t)c->nan_at)
+        x[i] = NAN;
+    for (size_t i = 1; c->pinf_at && i < n; i += (size_t)c->pinf_at)
+        x[i] = INFINITY;
     h_round(x, n, c->xt); /* the reference sees the stored scores */
     h_mask_make(&hm, &spec, c->rank, c->dims);
     clattn_tensor bx = {0}, by = {0}, tx, ty;
@@ -273,6 +278,19 @@ static void test_large_logits(void **s)
           {.rank = 3, .dims = {2, 4, 50}, .scale = 1e4, .causal = 1, .fill = -1e9f});
 }
 
+/* NaN and +inf scores (their rows NaN where the key is open, untouched where it is blocked),
+ * and a fill above every live score (the blocked keys set the maximum). */
+static void test_nan_inf_and_high_fill(void **s)
+{
+    (void)s;
+    CASES({.rank = 3, .dims = {2, 5, 37}, .scale = 2, .nan_at = 23, .lens = LENS_1D},
+          {.rank = 3, .dims = {2, 5, 37}, .scale = 2, .pinf_at = 29, .lens = LENS_2D},
+          {.rank = 3, .dims = {2, 4, 48}, .scale = 2, .pinf_at = 31, .nan_at = 67, .causal = 1},
+          {.rank = 3, .dims = {3, 4, 17}, .scale = 1, .fill = 5.0f, .lens = LENS_1D},
+          {.rank = 3, .dims = {2, 3, 33}, .scale = 1, .fill = 5.0f, .mask_rank = 2,
+           .mask_dims = {3, 33}});
+}
+
 static void test_inplace(void **s)
 {
     (void)s;
@@ -428,7 +446,7 @@ int main(void)
         cmocka_unit_test(test_no_mask_shapes), cmocka_unit_test(test_lens_1d),
         cmocka_unit_test(test_lens_2d),        cmocka_unit_test(test_lens_zero_and_full),
         cmocka_unit_test(test_device_lens),    cmocka_unit_test(test_causal),
-        cmocka_unit_test(test_windows),
+        cmocka_unit_test(test_windows),        cmocka_unit_test(test_nan_inf_and_high_fill),
         cmocka_unit_test(test_mask_broadcasts), cmocka_unit_test(test_fully_blocked_row),
         cmocka_unit_test(test_large_logits),   cmocka_unit_test(test_inplace),
         cmocka_unit_test(test_loop_budget),    cmocka_unit_test(test_16bit),

@@ -79,7 +79,7 @@ fail:
  * counted as clattn__loop_budget asks: three strided passes and two tree reductions. */
 static long wg_loops(int K, int WG)
 {
-    long passes = 3 * ((K + WG - 1) / WG + 1), steps = 1;
+    long passes = 3 * (((long)K + WG - 1) / WG + 1), steps = 1; /* K may be near INT_MAX */
     for (int w = WG; w > 1; w /= 2)
         steps++;
     return passes + 2 * steps + 4;
