@@ -279,6 +279,18 @@ static void test_host_ptr_unaligned(void **s)
     assert_int_equal(err, CL_SUCCESS);
     cl_mem mb = clCreateBuffer(cl, CL_MEM_READ_ONLY | CL_MEM_USE_HOST_PTR, K * N * 4, b, &err);
     assert_int_equal(err, CL_SUCCESS);
+    /* the same values written once more, from copies: Oclgrind takes memory it was only given
+     * as host_ptr for uninitialized */
+    float *ca = malloc(M * K * 4), *cb = malloc(K * N * 4);
+    memcpy(ca, a, M * K * 4);
+    memcpy(cb, b, K * N * 4);
+    cl_command_queue q = clattn_context_queue(h_ctx);
+    assert_int_equal(clEnqueueWriteBuffer(q, ma, CL_TRUE, 0, M * K * 4, ca, 0, NULL, NULL),
+                     CL_SUCCESS);
+    assert_int_equal(clEnqueueWriteBuffer(q, mb, CL_TRUE, 0, K * N * 4, cb, 0, NULL, NULL),
+                     CL_SUCCESS);
+    free(ca);
+    free(cb);
     clattn_tensor tA = clattn_view(ma, CLATTN_FLOAT32, 0, 2, H_DIMS(M, K));
     clattn_tensor tB = clattn_view(mb, CLATTN_FLOAT32, 0, 2, H_DIMS(K, N));
     clattn_tensor tC = h_tensor(CLATTN_FLOAT32, 2, H_DIMS(M, N), NULL);
