@@ -276,23 +276,18 @@ static clattn_status make_plan(clattn_context *ctx, clattn_tuning *t, const clat
     size_t most = clattn__div_up((size_t)p->Kmax, 64);
     if (nsplit < want)
         nsplit = want < most ? want : most > nsplit ? most : nsplit;
-    size_t sk = clattn__round_up(clattn__div_up((size_t)p->Kmax, nsplit), 16);
-    p->SK = sk < (size_t)p->SK ? (int)sk : p->SK; /* never past a loop budget's SK */
-    p->nsplit = (int)clattn__div_up((size_t)p->Kmax, (size_t)p->SK);
-    size_t rows = (size_t)p->B * p->Hq * p->Qn, per_split = rows * (size_t)(p->dv + 2);
     /* The partial results grow with rows x splits: where they would pass 32-bit indexing or the
      * device's largest allocation (many rows over a long cache, or a short SK), fewer and longer
-     * splits, as long as a loop budget allows them. */
+     * splits, past SK, as far as a loop budget allows. */
+    size_t rows = (size_t)p->B * p->Hq * p->Qn, per_split = rows * (size_t)(p->dv + 2);
     size_t fit = (size_t)INT32_MAX / per_split;
     if (ctx->max_alloc / 4 / per_split < fit)
         fit = ctx->max_alloc / 4 / per_split;
-    if ((size_t)p->nsplit > fit && fit > 0) {
-        size_t longer = clattn__round_up(clattn__div_up((size_t)p->Kmax, fit), 16);
-        if (longer <= sk_cap) {
-            p->SK = (int)longer;
-            p->nsplit = (int)clattn__div_up((size_t)p->Kmax, longer);
-        }
-    }
+    if (nsplit > fit && fit > 0)
+        nsplit = fit;
+    size_t sk = clattn__round_up(clattn__div_up((size_t)p->Kmax, nsplit), 16);
+    p->SK = (int)(sk < sk_cap ? sk : sk_cap);
+    p->nsplit = (int)clattn__div_up((size_t)p->Kmax, (size_t)p->SK);
     p->part_floats = per_split * (size_t)p->nsplit;
     CHECK(ctx, p->part_floats <= (size_t)INT32_MAX, CLATTN_ERROR_UNSUPPORTED,
           "decode: %zu elements of partial results exceed 32-bit indexing", p->part_floats);
