@@ -160,23 +160,25 @@ fail:
 /* Scratch layout, in elements: projections (B, T, hid), keys and values (B, T, kvhid); for the
  * unfused path also the heads (B, H, T, dh) and (B, Hkv, T, dh), whose concatenated output reuses
  * the projected queries' space once they have been split. The fused path reads the projections
- * in place and writes the concatenation after them. */
+ * in place and writes the concatenation after them. saved: the projections and the
+ * concatenation live in opts.saved, so the scratch holds the unfused path's heads only. */
 typedef struct {
     size_t qp, kp, vp, qh, kh, vh, oh, total;
 } mha_layout;
 
-static mha_layout layout(size_t B, size_t nq, size_t nk, size_t hid, size_t kvhid, int fused)
+static mha_layout layout(size_t B, size_t nq, size_t nk, size_t hid, size_t kvhid, int fused,
+                         int saved)
 {
     mha_layout l;
-    size_t q = B * nq * hid, k = B * nk * kvhid;
+    size_t q = B * nq * hid, k = B * nk * kvhid, pq = saved ? 0 : q, pk = saved ? 0 : k;
     l.qp = 0;
-    l.kp = l.qp + q;
-    l.vp = l.kp + k;
-    l.qh = l.vp + k; /* fused: the concatenated heads */
+    l.kp = l.qp + pq;
+    l.vp = l.kp + pk;
+    l.qh = l.vp + pk; /* fused: the concatenated heads */
     l.kh = l.qh + q;
     l.vh = l.kh + k;
     l.oh = l.vh + k;
-    l.total = fused ? l.kh : l.oh + q;
+    l.total = fused ? (saved ? 0 : l.kh) : l.oh + q;
     return l;
 }
 
@@ -276,15 +278,7 @@ clattn_status clattn_multihead_attention(clattn_context *ctx, const clattn_tenso
     const clattn_tensor *lse_to = saved ? &slse : lse;
     CHECK_ST(clattn__tune_bucket(ctx, "attention", clattn__head_bucket((size_t)dh, (size_t)dh), &att));
     int fused = !weights && clattn__flash_supports(&att, dh, dh);
-    mha_layout l = layout(B, nq, nk, hid, kvhid, fused);
-    if (saved) { /* the projections live in opts.saved: the scratch holds the heads, if any */
-        size_t lead = fused ? l.total : l.qh;
-        l.qh -= lead;
-        l.kh -= lead;
-        l.vh -= lead;
-        l.oh -= lead;
-        l.total -= lead;
-    }
+    mha_layout l = layout(B, nq, nk, hid, kvhid, fused, saved != NULL);
     CHECK(ctx, l.total <= (size_t)INT32_MAX, CLATTN_ERROR_UNSUPPORTED,
           "multihead_attention: %zu elements of projections and heads exceed 32-bit indexing",
           l.total);
