@@ -501,10 +501,14 @@ TILE_INLINE void cpu_store(const cpu_group *g, int row0, int nq, int dv, __globa
  * padding (and are float32), the caller's V itself; vt: flash_vtail's sums
  * with BKS = KB, or NULL when no row can skip trailing keys (no lengths, causality or window
  * right side); vh: flash_vhead's, or NULL when no window has a left side; all per K/V batch.
- * Key blocks are taken from the item's first block (the lowest of its rows' windows) on, then
- * the blocks below it: those are blocked for every row of the item, and are skipped outright
- * (their zero-weight sums from vh) unless some row's maximum is still within NEGLIGIBLE of the
- * fill when they come (every key so far blocked, or a fill near the scores).
+ * Each group takes key blocks from its own first block (the lowest of its rows' windows) on, then
+ * the blocks below it (its lead blocks): those are blocked for every row of the group, and are
+ * skipped outright (their zero-weight sums from vh) unless some row's maximum is still within
+ * NEGLIGIBLE of the fill when they come (every key so far blocked, or a fill near the scores).
+ * The item walks its blocks from its groups' lowest first block on, wraps around, and then takes
+ * once more the blocks between that and its groups' highest first block, for the groups whose
+ * lead blocks they are: so a group spends nothing on the blocks below its own window that lie
+ * above another group's, and more groups per item (QG) cost a window no blocks.
  * Values within a factor nk of FLT_MAX can overflow the unnormalised outputs where the average
  * is finite: the item then computes the rows that ended with a sum or an output not finite once
  * more, their weights scaled by clattn_overflow_shift (common.cl), and the other rows bit for bit
@@ -531,15 +535,19 @@ __kernel void flash_cpu(__global const float *Q, int4 ql, __global const float *
             sh[gi][r] = 1.0f;
     #pragma unroll 1
     for (int pass = 0; pass < 2; pass++) {
-        int first = nblk - 1; /* the item's first key block */
+        int first = nblk - 1, last_first = 0; /* the lowest and highest of the groups' firsts */
+        int gfirst[QG];
         for (int gi = 0; gi < QG; gi++) {
             cpu_group_init(&grp[gi], (item * QG + gi) * QR, nq, nk, d0, lens, lens_off, lens_mode,
                            win, sh[gi]);
-            first = min(first, grp[gi].min_lo / KB);
+            gfirst[gi] = min(grp[gi].min_lo / KB, nblk - 1);
+            first = min(first, gfirst[gi]);
+            last_first = max(last_first, gfirst[gi]);
         }
-        for (int it = 0; it < nblk; it++) {
-            int blk = it + first < nblk ? it + first : it + first - nblk;
-            int kbase = blk * KB, any = 0, lead = blk < first; /* lead: blocked for every row */
+        for (int it = 0; it < nblk + last_first - first; it++) {
+            /* from the first on, then the blocks below it, then the deferred ones again */
+            int blk = it < nblk ? (it + first) % nblk : it - nblk + first;
+            int kbase = blk * KB, any = 0;
             __global const float *ktb = kt + (size_t)(kb * nblk + blk) * d * KB;
             __global const float *vb = V + flash_at(vl, D1 / G, kb, kbase);
             /* every value row from this block on finite (its zero-weight sums are 0) */
@@ -554,6 +562,16 @@ __kernel void flash_cpu(__global const float *Q, int4 ql, __global const float *
                 cpu_group *g = &grp[gi];
                 if (g->done)
                     continue;
+                /* lead: blocked for every row of the group. Its turn for the block: its own
+                 * blocks in the first sweep, its lead blocks after the wrap (the ones above the
+                 * item's first in the last sweep), so that it meets them in order */
+                int lead = blk < gfirst[gi];
+                if (it < nblk && lead && blk >= first) {
+                    any = 1; /* deferred to the last sweep */
+                    continue;
+                }
+                if (it >= nblk && !lead)
+                    continue;
                 int all_negligible = 1;
                 #pragma unroll
                 for (int r = 0; r < QR; r++)
@@ -564,7 +582,7 @@ __kernel void flash_cpu(__global const float *Q, int4 ql, __global const float *
                      * them: a row that was not negligible when they began stays so through
                      * blocked keys) */
                     cpu_skip_rest(g, vt ? vt + vt_off : 0, vh ? vh + vh_off : 0, (size_t)kb * nblk,
-                                  lead ? -1 : blk, first);
+                                  lead ? -1 : blk, gfirst[gi]);
                     continue;
                 }
                 any = 1;

@@ -862,6 +862,57 @@ static void test_split_launches(void **s)
     }
 }
 
+/* The CPU kernel's row groups each take key blocks from their own first (the lowest of their
+ * rows' windows), the blocks below it last, whatever the other groups of their work-item need:
+ * so with the same tiles a row's output and LSE are bit for bit the same with one group per item
+ * as with several. Windows whose rows' first blocks differ within an item (a fill near the
+ * scores, so that the blocks below a group's window are computed after all; a NaN value there;
+ * -inf fills), under lengths, causal, a mask, dropout, grouped heads and huge values. */
+static void test_group_order(void **s)
+{
+    (void)s;
+    static const int l3[] = {0, 300, 120};
+    const att_case cases[] = {
+        {1, {2}, 40, 300, 8, 8, {.window = 1, .window_left = 15, .window_right = 3, .align = 1}},
+        {1, {2}, 40, 300, 8, 8, {.window = 1, .window_left = 15, .window_right = 3, .align = 1,
+                                 .fill = -1.0f}, .qscale = 2},
+        {1, {2}, 40, 300, 8, 8, {.window = 1, .window_left = 15, .window_right = 3, .align = 1,
+                                 .fill = -INFINITY}, .nan_v = 270},
+        {1, {2}, 40, 300, 8, 8, {.window = 1, .window_left = 0, .window_right = 0, .align = 1},
+         .nan_v = 265},
+        {0, {0}, 90, 90, 16, 16, {.causal = 1, .window = 1, .window_left = 9, .window_right = 5}},
+        {1, {3}, 30, 300, 12, 5, {H_LENS_1D, 0, l3, .window = 1, .window_left = 20,
+                                  .window_right = 20, .align = 1}},
+        {1, {2}, 30, 190, 5, 7, {.mask_rank = 2, .mask_dims = {30, 190}, .window = 1,
+                                 .window_left = 6, .window_right = 1, .align = 1}},
+        {1, {2}, 40, 240, 8, 8, {.window = 1, .window_left = 30, .window_right = 2, .align = 1},
+         .p = 0.3f, .seed = 7},
+        {2, {2, 4}, 40, 260, 8, 8, {.causal = 1, .window = 1, .window_left = 33, .align = 1},
+         .hkv = 2},
+        {1, {2}, 40, 300, 16, 16, {.window = 1, .window_left = 21, .window_right = 4,
+                                   .align = 1}, .qscale = 1e-3, .vscale = 3e38},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const att_case *c = &cases[i];
+        if (too_big(c))
+            continue;
+        float *q, *k, *v;
+        h_mask hm;
+        size_t bytes, n = batch_of(c) * c->nq * (c->dv + 1); /* out, LSE */
+        make_inputs(c, &q, &k, &v, &hm);
+        float *one = fused_with("attention=cpu:QR=2:KB=16:WG=2:QG=1:VC=16", c, q, k, v, &hm,
+                                &bytes);
+        float *many = fused_with("attention=cpu:QR=2:KB=16:WG=2:QG=7:VC=16", c, q, k, v, &hm,
+                                 &bytes);
+        for (size_t e = 0; e < n; e++)
+            if (memcmp(&one[e], &many[e], sizeof *one) != 0)
+                fail_msg("case %zu (Q=%d K=%d): output (then LSE) %zu is %.9g with one group per "
+                         "item, %.9g with 7", i, c->nq, c->nk, e, one[e], many[e]);
+        free(one); free(many); free(q); free(k); free(v);
+        h_mask_free(&hm);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -878,7 +929,7 @@ int main(void)
         cmocka_unit_test(test_identical_keys_huge), cmocka_unit_test(test_nan_in_blocked_rows),
         cmocka_unit_test(test_many_head_sizes), cmocka_unit_test(test_long_keys),
         cmocka_unit_test(test_split_launches),  cmocka_unit_test(test_grouped_query),
-        cmocka_unit_test(test_windows),
+        cmocka_unit_test(test_windows), cmocka_unit_test(test_group_order),
     };
     return cmocka_run_group_tests(tests, h_setup, h_teardown);
 }
