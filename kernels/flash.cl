@@ -25,9 +25,10 @@
  * - A running maximum still at -inf (every key so far blocked with fill = -inf) is replaced by 0
  *   when subtracted, so exp(-inf - -inf) never makes NaN; a row whose every key is blocked with
  *   -inf ends as 0/0 = NaN, as PyTorch's softmax gives; a finite fill gives uniform weights.
- * - A key block past every row's length, causal or window limit is skipped once each row's
- *   running max exceeds fill + 120: from then on exp(fill - max) is exactly 0 in float32. Key
- *   blocks below every row's sliding window are taken last, and skipped the same way. Outputs
+ * - A key block past the length, causal or window limit of every row of a group (the CPU shape's
+ *   row group, the GPU shape's work-group) is skipped once each of those rows' running max
+ *   exceeds fill + 120: from then on exp(fill - max) is exactly 0 in float32. Key blocks below
+ *   the sliding window of every row of a group are taken last, and skipped the same way. Outputs
  *   stay those of IEEE arithmetic, weights @ V, as in PyTorch: the skipped keys' zero weights
  *   times their value rows are added as one precomputed vector per block suffix (vt, see
  *   flash_vtail) or prefix (vh, flash_vhead), 0 for finite values and NaN where a column holds a
@@ -567,7 +568,10 @@ __kernel void flash_cpu(__global const float *Q, int4 ql, __global const float *
                  * item's first in the last sweep), so that it meets them in order */
                 int lead = blk < gfirst[gi];
                 if (it < nblk && lead && blk >= first) {
-                    any = 1; /* deferred to the last sweep */
+                    /* deferred to the last sweep (some other group computes this block as long
+                     * as the groups' first blocks run without gaps, as consecutive rows' do; the
+                     * walk must not end here if they ever did not) */
+                    any = 1;
                     continue;
                 }
                 if (it >= nblk && !lead)

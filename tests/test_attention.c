@@ -891,6 +891,9 @@ static void test_group_order(void **s)
          .hkv = 2},
         {1, {2}, 40, 300, 16, 16, {.window = 1, .window_left = 21, .window_right = 4,
                                    .align = 1}, .qscale = 1e-3, .vscale = 3e38},
+        /* small enough for Oclgrind: bottom-right, groups starting at different blocks */
+        {1, {1}, 24, 80, 8, 8, {.window = 1, .window_left = 14, .window_right = 1, .align = 1,
+                                .fill = -1.0f}, .qscale = 2},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         const att_case *c = &cases[i];
