@@ -402,9 +402,9 @@ typedef struct {
 /* PoCL on AVX-512 Intel Xeons (its CPU device's vendor is "GenuineIntel"): 8 row groups per
  * work-item, so that each block of K and V read into L1 serves 40 query rows rather than 10. Where
  * a head's K and V outgrow L2 the default's reads from L3 bound the kernel there: full causal at
- * N 8192 (d 64) 1.23-1.36x faster, grouped-query prefill at N 2048 (d 128) 1.12-1.25x, N 64-2048
- * at d 64 within the noise (two alternating rounds, BENCHMARKS.md). Not measured on the AMD EPYC
- * kind, which keeps QG=2. */
+ * N 8192 (d 64) 1.23-1.36x faster, grouped-query prefill at N 2048 (d 128) 1.12-1.25x, head size
+ * 256 at N 1024-4096 1.08-1.62x, N 64-2048 at d 64 within the noise (two alternating rounds,
+ * BENCHMARKS.md). Not measured on the AMD EPYC kind, which keeps QG=2. */
 #define XEON_ATTENTION "QG=8"
 
 /* Mesa's llvmpipe (rusticl) compiles work-groups SIMD across work-items, as a GPU does, and ends
