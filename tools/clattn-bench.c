@@ -58,6 +58,7 @@ typedef struct {
     bench_size sizes[MAX_SIZES];
     int nsizes;
     int attn_n[MAX_SIZES], nattn; /* attention sequence lengths */
+    int attn_d[MAX_SIZES], nattd; /* the attention section's head sizes */
     bench_size softmax[MAX_SIZES]; /* masked softmax shapes: m rows of n keys */
     int nsoftmax;
     int trans[4], ntrans; /* GEMM transposes: bit 0 = A, bit 1 = B */
@@ -785,9 +786,11 @@ static void att_one(bench *b, size_t heads, size_t n, size_t d, int causal)
 
 static void bench_attention(bench *b)
 {
-    for (int i = 0; i < b->nattn; i++) {
-        att_one(b, 16, (size_t)b->attn_n[i], 64, 0);
-        att_one(b, 16, (size_t)b->attn_n[i], 64, 1);
+    for (int j = 0; j < b->nattd; j++) {
+        for (int i = 0; i < b->nattn; i++) {
+            att_one(b, 16, (size_t)b->attn_n[i], (size_t)b->attn_d[j], 0);
+            att_one(b, 16, (size_t)b->attn_n[i], (size_t)b->attn_d[j], 1);
+        }
     }
 }
 
@@ -2035,8 +2038,9 @@ static const bench_section sections[] = {
     {"softmax", "masked softmax, ROWS x KEYS from --softmax, random valid lengths, float32, "
                 "float16 and bfloat16 scores and output, GB/s read + written",
      bench_softmax},
-    {"attention", "scaled dot-product, 16 heads, d 64, N from --attn-n, plain and causal: fused vs "
-                  "unfused vs the naive chain of public ops, GFLOP/s = 4 H N^2 d / time",
+    {"attention", "scaled dot-product, 16 heads, d from --attn-d, N from --attn-n, plain and "
+                  "causal: fused vs unfused vs the naive chain of public ops, GFLOP/s = "
+                  "4 H N^2 d / time",
      bench_attention},
     {"gqa", "grouped-query prefill, batch 1, 32 query heads over 8 K/V heads, d 128, N from "
             "--attn-n, causal and plain: fused vs the same kernel with 32 K/V heads",
@@ -2140,6 +2144,21 @@ static void parse_attn_n(bench *b, const char *arg)
     }
 }
 
+static void parse_attn_d(bench *b, const char *arg)
+{
+    b->nattd = 0;
+    for (const char *s = arg; *s;) {
+        char *end;
+        long d = strtol(s, &end, 10);
+        if (end == s || d < 1 || d > 256 || (*end && *end != ','))
+            die("--attn-d: '%s': expected head sizes 1-256, comma-separated", arg);
+        if (b->nattd == MAX_SIZES)
+            die("--attn-d: at most %d head sizes", MAX_SIZES);
+        b->attn_d[b->nattd++] = (int)d;
+        s = *end ? end + 1 : end;
+    }
+}
+
 static void parse_softmax(bench *b, const char *arg)
 {
     b->nsoftmax = 0;
@@ -2164,6 +2183,7 @@ static void usage(void)
            "  --only LIST        sections to run, comma-separated (default: all)\n"
            "  --sizes LIST       GEMM sizes: N (square) or MxNxK, comma-separated (1024,2048)\n"
            "  --attn-n LIST      attention sequence lengths, comma-separated (1024,2048)\n"
+           "  --attn-d LIST      the attention section's head sizes, comma-separated (64)\n"
            "  --softmax LIST     masked softmax shapes ROWSxKEYS, comma-separated (4096x1024)\n"
            "  --trans LIST       GEMM transposes of A and B: NN, NT, TN, TT, comma-separated (NN)\n"
            "  --reps N           timed runs per figure, the median is reported (15)\n"
@@ -2273,6 +2293,7 @@ int main(int argc, char **argv)
     b.rng = 1;
     parse_sizes(&b, "1024,2048");
     parse_attn_n(&b, "1024,2048");
+    parse_attn_d(&b, "64");
     parse_softmax(&b, "4096x1024");
     parse_trans(&b, "NN");
     for (int i = 1; i < argc; i++) {
@@ -2306,6 +2327,8 @@ int main(int argc, char **argv)
             parse_trans(&b, v);
         } else if (!strcmp(a, "--attn-n")) {
             parse_attn_n(&b, v);
+        } else if (!strcmp(a, "--attn-d")) {
+            parse_attn_d(&b, v);
         } else if (!strcmp(a, "--softmax")) {
             parse_softmax(&b, v);
         } else if (!strcmp(a, "--reps")) {
