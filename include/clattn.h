@@ -395,7 +395,7 @@ typedef struct {
  * each sequence's first L_b keys; a sequence with no keys gets zeros (LSE -inf). opts.scale and
  * opts.lse (B, Hq, Qn) and opts.alibi_slopes ((Hq) or (B, Hq)) as there. Takes no valid lengths
  * or mask tensor (the cache's lens are the lengths) and no dropout. Head sizes d and dv up to 256
- * (CLATTN_ERROR_UNSUPPORTED past it). The keys are split over work-groups (flash-decoding) and
+ * and Kmax up to 2^31 - 1105 (CLATTN_ERROR_UNSUPPORTED past them). The keys are split over work-groups (flash-decoding) and
  * merged, so that one sequence fills the device; nothing waits on the host. Dtypes: k_cache and
  * v_cache one of float32, float16 or bfloat16 (16-bit caches halve the bytes decoding streams),
  * k_new and v_new one (converted to the cache's as they are written), Q and out any; float32

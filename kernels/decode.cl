@@ -289,7 +289,8 @@ __kernel void decode_cpu(DECODE_PARAMS)
     if (r0 >= R)
         return;
     int nr = min(RQ, R - r0), L = seq_keys(lens, lens_off, bh / Hkv, Kmax, A);
-    int k_lo = s * split, k_hi = min(k_lo + split, L);
+    /* (not min(k_lo + split, L): the sum can pass INT_MAX for the last split of a cache near it) */
+    int k_lo = s * split, k_hi = L - k_lo > split ? k_lo + split : L;
     size_t base = (size_t)bh * R + r0; /* the first query row */
     __global const CTYPE *kb = K + k_off + (size_t)bh * Kmax * d;
     __global const CTYPE *vb = V + v_off + (size_t)bh * Kmax * dv;
@@ -456,7 +457,8 @@ void decode_gpu(DECODE_PARAMS)
     if (r0 >= R)
         return; /* the whole group */
     int nr = min(RQ, R - r0), L = seq_keys(lens, lens_off, bh / Hkv, Kmax, A);
-    int k_lo = s * split, k_hi = min(k_lo + split, L);
+    /* (not min(k_lo + split, L): the sum can pass INT_MAX for the last split of a cache near it) */
+    int k_lo = s * split, k_hi = L - k_lo > split ? k_lo + split : L;
     size_t base = (size_t)bh * R + r0;
     __global const CTYPE *kb = K + k_off + (size_t)bh * Kmax * d;
     __global const CTYPE *vb = V + v_off + (size_t)bh * Kmax * dv;

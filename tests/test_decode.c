@@ -403,6 +403,80 @@ static void test_sync_rejects_lens(void **s)
     clattn_context_destroy(&ctx);
 }
 
+/* The largest cache decoding takes (2^31 - 1105 rows per K/V head: the kernels count keys in int)
+ * and one row more, with the longest splits a tuning allows (SK = 2^20), whose last one ends past
+ * INT_MAX: its keys must count. float16, d = dv = 1, one sequence: K and V 0 but for the last 943
+ * rows, where K is 20 and V 1, so that with q = 1 and scale 1 the output is exactly
+ * w = 943 e^20 / (L - 943 + 943 e^20) and the LSE log(L - 943 + 943 e^20). Two caches of 4 GiB:
+ * only with CLATTN_TEST_HUGE=1 (meson's decode-huge, suite fuzz: CI's long checks). Tolerance:
+ * the merge of 2048 float32 partial results, each exact (sums of ones and of 943 equal terms),
+ * costs a few ulps of the LSE (~27) and of the output (~1); 1e-5 is 100 ulps of the output. */
+static void test_huge_cache(void **s)
+{
+    (void)s;
+    const char *env = getenv("CLATTN_TEST_HUGE");
+    if (!env || strcmp(env, "1") != 0)
+        skip();
+    const size_t max_rows = 2147483647u - 64 - 1024 - 16, hot = 943;
+    clattn_params p;
+    memset(&p, 0, sizeof p);
+    p.tuning = "decode=cpu:SK=1048576";
+    clattn_context *ctx = NULL;
+    if (clattn_context_wrap(&ctx, clattn_context_cl(h_ctx), clattn_context_device(h_ctx),
+                            clattn_context_queue(h_ctx), &p) != CLATTN_SUCCESS)
+        fail_msg("%s", clattn_last_error(NULL));
+    float one = 1.0f, out = NAN, lse = NAN;
+    int len = (int)max_rows;
+    unsigned short kv[943 * 2];
+    for (size_t i = 0; i < hot; i++) {
+        kv[i] = clattn_float_to_half(20.0f);
+        kv[hot + i] = clattn_float_to_half(1.0f);
+    }
+    clattn_tensor tq = h_tensor(CLATTN_FLOAT32, 4, H_DIMS(1, 1, 1, 1), &one);
+    clattn_tensor to = h_tensor(CLATTN_FLOAT32, 4, H_DIMS(1, 1, 1, 1), &out);
+    clattn_tensor tlse = h_tensor(CLATTN_FLOAT32, 3, H_DIMS(1, 1, 1), &lse);
+    clattn_tensor tl = h_tensor(CLATTN_INT32, 1, H_DIMS(1), &len);
+    clattn_tensor tk, tv;
+    size_t dims[4] = {1, 1, max_rows + 1, 1};
+    clattn_attention_opts opts;
+    memset(&opts, 0, sizeof opts);
+    opts.mask.align = CLATTN_ALIGN_BOTTOM_RIGHT;
+    opts.scale = 1.0f;
+    opts.lse = &tlse;
+    /* one row past the bound: refused, nothing enqueued */
+    assert_int_equal(clattn_tensor_create(ctx, CLATTN_FLOAT16, 4, dims, NULL, &tk), CLATTN_SUCCESS);
+    assert_int_equal(clattn_tensor_create(ctx, CLATTN_FLOAT16, 4, dims, NULL, &tv), CLATTN_SUCCESS);
+    clattn_kv_cache c = {&tk, &tv, &tl, NULL, NULL, 0};
+    clattn_status st = clattn_decode_attention(ctx, &tq, &c, &opts, &to);
+    const char *want = "cache.k_cache: 2147482544 rows per K/V head, at most 2147482543";
+    if (st != CLATTN_ERROR_UNSUPPORTED || !strstr(clattn_last_error(ctx), want))
+        fail_msg("status %d: %s (expected \"%s\")", st, clattn_last_error(ctx), want);
+    clattn_tensor_release(&tk);
+    clattn_tensor_release(&tv);
+    dims[2] = max_rows;
+    assert_int_equal(clattn_tensor_create(ctx, CLATTN_FLOAT16, 4, dims, NULL, &tk), CLATTN_SUCCESS);
+    assert_int_equal(clattn_tensor_create(ctx, CLATTN_FLOAT16, 4, dims, NULL, &tv), CLATTN_SUCCESS);
+    assert_int_equal(clattn_tensor_fill(ctx, &tk, 0.0f), CLATTN_SUCCESS);
+    assert_int_equal(clattn_tensor_fill(ctx, &tv, 0.0f), CLATTN_SUCCESS);
+    size_t tail = max_rows - hot, hot_dims[1] = {hot}; /* (in elements) */
+    clattn_tensor vk = clattn_view(tk.buf, CLATTN_FLOAT16, tail, 1, hot_dims);
+    clattn_tensor vv = clattn_view(tv.buf, CLATTN_FLOAT16, tail, 1, hot_dims);
+    assert_int_equal(clattn_tensor_write_blocking(ctx, &vk, kv), CLATTN_SUCCESS);
+    assert_int_equal(clattn_tensor_write_blocking(ctx, &vv, kv + hot), CLATTN_SUCCESS);
+    if (clattn_decode_attention(ctx, &tq, &c, &opts, &to) != CLATTN_SUCCESS)
+        fail_msg("decode: %s", clattn_last_error(ctx));
+    assert_int_equal(clattn_tensor_read_blocking(ctx, &to, &out), CLATTN_SUCCESS);
+    assert_int_equal(clattn_tensor_read_blocking(ctx, &tlse, &lse), CLATTN_SUCCESS);
+    double big = (double)hot * exp(20.0), sum = (double)(max_rows - hot) + big;
+    if (!(fabs(out - big / sum) <= 1e-5) || !(fabs(lse - log(sum)) <= 1e-5 * log(sum)))
+        fail_msg("out %.9g, expected %.9g; LSE %.9g, expected %.9g", out, big / sum, lse,
+                 log(sum));
+    clattn_tensor *ts[] = {&tq, &to, &tlse, &tl, &tk, &tv};
+    for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
+        clattn_tensor_release(ts[i]);
+    clattn_context_destroy(&ctx);
+}
+
 /* 16-bit caches (the bytes decoding streams), Q, new rows and out in combinations that put each
  * dtype in each place: aligned rows (head sizes multiples of 16: the aligned-row loads) and
  * others, appends converting the new rows to the cache's dtype, masks, NaN values, ALiBi, long
@@ -493,6 +567,7 @@ int main(void)
         cmocka_unit_test(test_sync_rejects_lens),
         cmocka_unit_test(test_16bit),
         cmocka_unit_test(test_16bit_bad_input),
+        cmocka_unit_test(test_huge_cache),
     };
     return cmocka_run_group_tests(tests, h_setup, h_teardown);
 }

@@ -5,6 +5,9 @@
 
 #define DECODE_MAX_DIM 256 /* head sizes, as the fused attention kernels */
 #define DECODE_MAX_QN 64   /* new rows per sequence: computed, never skipped, when blocked */
+/* Cache rows per K/V head: the kernels count keys in int, up to Kmax + Qn and a step past a
+ * split's end (decode_cpu's 16 keys, decode_gpu's tile of up to WG = 1024). */
+#define DECODE_MAX_ROWS (INT32_MAX - DECODE_MAX_QN - 1024 - 16)
 
 static const int dim_buckets[] = {16, 32, 48, 64, 96, 128, 192, DECODE_MAX_DIM};
 
@@ -64,10 +67,8 @@ static clattn_status check_shapes(clattn_context *ctx, const clattn_tensor *Q,
     CHECK(ctx, c->v_cache->dtype == c->k_cache->dtype, CLATTN_ERROR_INVALID_TENSOR,
           "cache.v_cache: dtype %s, expected k_cache's %s (one dtype for the cache)",
           clattn__dtype_name(c->v_cache->dtype), clattn__dtype_name(c->k_cache->dtype));
-    /* keys are counted in int, up to Kmax + Qn and a 16-key step past a split's end */
-    CHECK(ctx, k[2] <= (size_t)INT32_MAX - DECODE_MAX_QN - 16, CLATTN_ERROR_UNSUPPORTED,
-          "cache.k_cache: %zu rows per K/V head, at most %d", k[2],
-          INT32_MAX - DECODE_MAX_QN - 16);
+    CHECK(ctx, k[2] <= DECODE_MAX_ROWS, CLATTN_ERROR_UNSUPPORTED,
+          "cache.k_cache: %zu rows per K/V head, at most %d", k[2], DECODE_MAX_ROWS);
     CHECK(ctx, q[3] <= DECODE_MAX_DIM && v[3] <= DECODE_MAX_DIM, CLATTN_ERROR_UNSUPPORTED,
           "Q, cache.v_cache: head sizes %zu, %zu, at most %d", q[3], v[3], DECODE_MAX_DIM);
     CHECK_ST(clattn__check_tensor(ctx, c->lens, "cache.lens", CLATTN_INT32, 1, 1));
