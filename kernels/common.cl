@@ -6,7 +6,8 @@
  *   win = (shift, left, right, 0): row q's diagonal is key q + shift (shift 0: top-left, K - Q:
  *                    bottom-right); keys k < q + shift - left and k > q + shift + right are
  *                    blocked, -1 meaning unbounded on that side (causal is right = 0). The host
- *                    caps left and right at Q + K, so no sum overflows.
+ *                    takes a side that blocks no key as -1; a bounded one is below Q + K, and
+ *                    the row bounds are summed in 64 bits (Q + K itself can pass INT_MAX).
  *   mask, mask_off, ms: int 0/1, element (d0, d1, q, k) at mask[mask_off + ms.x*d0 + ms.y*d1 + ms.z*q + ms.w*k]
  *                    (strides 0 where the mask broadcasts); NULL = no mask tensor; 0 = blocked.
  * Bias (float, optional): bias, bias_off, bs as mask and ms, added to every score before the mask
@@ -45,14 +46,14 @@ static inline int clattn_row_limit(int d0, int q, int K, __global const int *len
         limit = lens[lens_off + d0 * Q + q];
     limit = clamp(limit, 0, K); /* device lengths cannot be checked on the host without a sync */
     if (win.z >= 0)
-        limit = clamp(q + win.x + win.z + 1, 0, limit);
+        limit = (int)clamp((long)q + win.x + win.z + 1, 0L, (long)limit);
     return limit;
 }
 
 /* Keys k < the returned bound are blocked by the window's left side (0 when it has none). */
 static inline int clattn_row_lo(int q, int K, int4 win)
 {
-    return win.y >= 0 ? clamp(q + win.x - win.y, 0, K) : 0;
+    return win.y >= 0 ? (int)clamp((long)q + win.x - win.y, 0L, (long)K) : 0;
 }
 
 /* Start of this row's mask entries, or NULL when there is no mask tensor. */

@@ -1,5 +1,6 @@
 /* clattn_masked_softmax against the double-precision reference, every mask kind. */
 #include "harness.h"
+#include "mask.h"
 #include "ref.h"
 #include <limits.h>
 #include <math.h>
@@ -440,6 +441,95 @@ static void test_16bit_bad_input(void **s)
     clattn_tensor_release(&t);
 }
 
+/* common.cl's row bounds, as every masked kernel takes them, for windows whose sums pass INT_MAX
+ * (Q + K above it: the fused kernels take such shapes, and decoding's keys reach 2^31 - 1105):
+ * rows at both ends of Q, both alignments, sides one short of blocking nothing, against the
+ * same bounds in 64-bit host arithmetic. A small kernel built from common.cl itself. */
+static void test_row_bounds_int_limits(void **s)
+{
+    (void)s;
+    static const char *src =
+        "#include \"common.cl\"\n"
+        "__kernel void bounds(int q0, int Q, int K, int4 win, __global int *o)\n"
+        "{\n"
+        "    int i = get_global_id(0), q = q0 + i;\n"
+        "    o[2 * i] = clattn_row_lo(q, K, win);\n"
+        "    o[2 * i + 1] = clattn_row_limit(0, q, K, 0, 0, 0, Q, win);\n"
+        "}\n";
+    static const struct {
+        int Q, K, align, left, right;
+    } cases[] = {
+        {4, INT_MAX - 1, 0, 0, INT_MAX - 3},     /* top-left, right K - 2 */
+        {4, INT_MAX - 1, 1, 0, 2},               /* bottom-right, right Q - 2 */
+        {4, INT_MAX - 1, 1, 5, -1},
+        {INT_MAX - 1, 4, 1, 3, INT_MAX - 3},     /* Q large, right Q - 2 */
+        {INT_MAX - 1, 4, 0, INT_MAX - 3, 1},     /* left Q - 2 */
+        {3, INT_MAX - 2, 1, INT_MAX - 6, 0},     /* causal-like, left one short */
+        {4, 1000, 1, 0, 2},
+    };
+    cl_context cl = clattn_context_cl(h_ctx);
+    cl_device_id dev = clattn_context_device(h_ctx);
+    cl_command_queue queue = clattn_context_queue(h_ctx);
+    cl_int err;
+    cl_program prog = clCreateProgramWithSource(cl, 1, &src, NULL, &err);
+    assert_int_equal(err, CL_SUCCESS);
+    char opts[4200];
+    snprintf(opts, sizeof opts, "-cl-std=CL1.2 -I %s", CLATTN_TEST_KERNEL_DIR);
+    if (clBuildProgram(prog, 1, &dev, opts, NULL, NULL) != CL_SUCCESS) {
+        char log[4096] = "";
+        clGetProgramBuildInfo(prog, dev, CL_PROGRAM_BUILD_LOG, sizeof log, log, NULL);
+        fail_msg("build: %s", log);
+    }
+    cl_kernel k = clCreateKernel(prog, "bounds", &err);
+    assert_int_equal(err, CL_SUCCESS);
+    cl_mem ob = clCreateBuffer(cl, CL_MEM_READ_WRITE, 8 * sizeof(cl_int), NULL, &err);
+    assert_int_equal(err, CL_SUCCESS);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        clattn_mask m;
+        memset(&m, 0, sizeof m);
+        m.window = 1;
+        m.align = cases[i].align ? CLATTN_ALIGN_BOTTOM_RIGHT : CLATTN_ALIGN_TOP_LEFT;
+        m.window_left = cases[i].left;
+        m.window_right = cases[i].right;
+        size_t dims[2] = {(size_t)cases[i].Q, (size_t)cases[i].K};
+        clattn_mask_args a;
+        if (clattn__resolve_mask_dims(h_ctx, &m, 2, dims, "scores", NULL, 0, &a) != CLATTN_SUCCESS)
+            fail_msg("case %zu: %s", i, clattn_last_error(h_ctx));
+        long long Q = cases[i].Q, K = cases[i].K, shift = cases[i].align ? K - Q : 0;
+        for (int end = 0; end < 2; end++) { /* the first rows, then the last */
+            cl_int q0 = end ? (cl_int)(Q - 4 < 0 ? 0 : Q - 4) : 0, nq = Q < 4 ? (cl_int)Q : 4;
+            cl_int qi = (cl_int)Q, ki = (cl_int)K;
+            size_t g = (size_t)nq;
+            clSetKernelArg(k, 0, sizeof q0, &q0);
+            clSetKernelArg(k, 1, sizeof qi, &qi);
+            clSetKernelArg(k, 2, sizeof ki, &ki);
+            clSetKernelArg(k, 3, sizeof a.win, &a.win);
+            clSetKernelArg(k, 4, sizeof ob, &ob);
+            assert_int_equal(clEnqueueNDRangeKernel(queue, k, 1, NULL, &g, NULL, 0, NULL, NULL),
+                             CL_SUCCESS);
+            cl_int o[8];
+            assert_int_equal(clEnqueueReadBuffer(queue, ob, CL_TRUE, 0, sizeof o, o, 0, NULL, NULL),
+                             CL_SUCCESS);
+            for (int r = 0; r < nq; r++) {
+                long long q = q0 + r, lo = 0, hi = K;
+                if (cases[i].left >= 0)
+                    lo = q + shift - cases[i].left;
+                if (cases[i].right >= 0)
+                    hi = q + shift + cases[i].right + 1;
+                lo = lo < 0 ? 0 : lo > K ? K : lo;
+                hi = hi < 0 ? 0 : hi > K ? K : hi;
+                if (o[2 * r] != lo || o[2 * r + 1] != hi)
+                    fail_msg("case %zu (Q %lld, K %lld, left %d, right %d) row %lld: keys [%d, %d),"
+                             " expected [%lld, %lld)", i, Q, K, cases[i].left, cases[i].right, q,
+                             o[2 * r], o[2 * r + 1], lo, hi);
+            }
+        }
+    }
+    clReleaseMemObject(ob);
+    clReleaseKernel(k);
+    clReleaseProgram(prog);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -452,6 +542,7 @@ int main(void)
         cmocka_unit_test(test_loop_budget),    cmocka_unit_test(test_16bit),
         cmocka_unit_test(test_views),
         cmocka_unit_test(test_16bit_bad_input),
+        cmocka_unit_test(test_row_bounds_int_limits),
     };
     return cmocka_run_group_tests(tests, h_setup, h_teardown);
 }

@@ -12,7 +12,8 @@ typedef struct {
     cl_int4 ms;        /* mask strides over (D0, D1, Q, K), 0 where it broadcasts */
     /* (shift, left, right, 0): row q sees keys [q + shift - left, q + shift + right], -1 meaning
      * unbounded on that side; shift 0 (top-left) or K - Q (bottom-right); right = 0 when
-     * causal. A side that would block no key is -1, so no row bound overflows (mask.c). */
+     * causal. A side that would block no key is -1 (mask.c); the kernels sum the row bounds in
+     * 64 bits (common.cl), as q + shift + right can pass INT_MAX when Q + K does. */
     cl_int4 win;
     float fill;
     cl_mem bias;       /* float, added to the scores before the mask; NULL when none */
