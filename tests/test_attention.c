@@ -916,6 +916,43 @@ static void test_group_order(void **s)
     }
 }
 
+/* The GPU-shaped fused kernel counts keys in int up to its last tile's end: K past
+ * (INT_MAX / BK - 1) x BK keys is refused before anything is enqueued (out untouched). Two
+ * float16 tensors of 4 GiB (never touched): only with CLATTN_TEST_HUGE=1 (meson's
+ * dot_product-huge, suite fuzz: CI's long checks). */
+static void test_huge_keys(void **s)
+{
+    (void)s;
+    const char *env = getenv("CLATTN_TEST_HUGE");
+    if (!env || strcmp(env, "1") != 0)
+        skip();
+    clattn_params p;
+    memset(&p, 0, sizeof p);
+    p.tuning = "attention=gpu:BQ=16:BK=16";
+    clattn_context *ctx = NULL;
+    if (clattn_context_wrap(&ctx, clattn_context_cl(h_ctx), clattn_context_device(h_ctx),
+                            clattn_context_queue(h_ctx), &p) != CLATTN_SUCCESS)
+        fail_msg("%s", clattn_last_error(NULL));
+    float one = 1.0f, poison = 7.0f, got = 0.0f;
+    size_t kd[2] = {(size_t)(INT32_MAX / 16 - 1) * 16 + 1, 1};
+    clattn_tensor tq = h_tensor(CLATTN_FLOAT32, 2, H_DIMS(1, 1), &one);
+    clattn_tensor to = h_tensor(CLATTN_FLOAT32, 2, H_DIMS(1, 1), &poison);
+    clattn_tensor tk, tv;
+    assert_int_equal(clattn_tensor_create(ctx, CLATTN_FLOAT16, 2, kd, NULL, &tk), CLATTN_SUCCESS);
+    assert_int_equal(clattn_tensor_create(ctx, CLATTN_FLOAT16, 2, kd, NULL, &tv), CLATTN_SUCCESS);
+    clattn_status st = clattn_dot_product_attention(ctx, &tq, &tk, &tv, NULL, &to, NULL);
+    const char *want = "attention=gpu: K = 2147483617 keys in tiles of BK=16 pass 32-bit key "
+                       "indexing; at most 2147483616 keys";
+    if (st != CLATTN_ERROR_UNSUPPORTED || !strstr(clattn_last_error(ctx), want))
+        fail_msg("status %d: %s (expected \"%s\")", st, clattn_last_error(ctx), want);
+    assert_int_equal(clattn_tensor_read_blocking(ctx, &to, &got), CLATTN_SUCCESS);
+    assert_memory_equal(&got, &poison, sizeof got);
+    clattn_tensor *ts[] = {&tq, &to, &tk, &tv};
+    for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
+        clattn_tensor_release(ts[i]);
+    clattn_context_destroy(&ctx);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -933,6 +970,7 @@ int main(void)
         cmocka_unit_test(test_many_head_sizes), cmocka_unit_test(test_long_keys),
         cmocka_unit_test(test_split_launches),  cmocka_unit_test(test_grouped_query),
         cmocka_unit_test(test_windows), cmocka_unit_test(test_group_order),
+        cmocka_unit_test(test_huge_keys),
     };
     return cmocka_run_group_tests(tests, h_setup, h_teardown);
 }

@@ -316,6 +316,10 @@ static clattn_status enqueue_gpu(clattn_context *ctx, const clattn_tuning *tune,
     int dp = BUCKET(a->d, gpu_buckets), dvp = BUCKET(a->dv, gpu_buckets);
     long budget = clattn__loop_budget(ctx, &t);
     size_t local = clattn__flash_gpu_local((size_t)BK, (size_t)dp, (size_t)dvp);
+    /* flash_gpu counts keys in int up to the last tile's end, a tile past it at most */
+    CHECK(ctx, (size_t)nblk * (size_t)BK <= (size_t)INT32_MAX - (size_t)BK,
+          CLATTN_ERROR_UNSUPPORTED, "attention=gpu: K = %d keys in tiles of BK=%d pass 32-bit key "
+          "indexing; at most %d keys", a->nk, BK, (INT32_MAX / BK - 1) * BK);
     CHECK(ctx, local <= ctx->local_mem && (size_t)BQ <= ctx->max_wg, CLATTN_ERROR_UNSUPPORTED,
           "attention=gpu: BQ=%d, BK=%d with d=%d, dv=%d needs %zu bytes of local memory (device "
           "has %zu) and %d work-items (max %zu)", BQ, BK, a->d, a->dv, local, ctx->local_mem, BQ,
