@@ -46,7 +46,7 @@ __kernel void additive_scores(__global const CLATTN_T(QT) *qp, int q_off,
     __global const CLATTN_T(WT) *w = wv + wv_off;
     floatV acc = (floatV)(0.0f);
     int h = 0;
-    for (; h + VW <= H; h += VW)
+    for (; H - h >= VW; h += VW)
         acc = mad(LOADV(WT, w + h), tanh(LOADV(QT, q + h) + LOADV(KT, k + h)), acc);
     float s = 0.0f;
     for (; h < H; h++)

@@ -139,7 +139,7 @@
         __global const CLATTN_T(T) *s = src + s_off + b * s_bs + p * P * s_sr;                     \
         __global float *d = dst + d_off + b * d_bs + (size_t)p * P * K;                            \
         if (s_sk == 1 && rows == P) {                                                              \
-            for (; k + 16 <= k1; k += 16) {                                                        \
+            for (; k1 - k >= 16; k += 16) {                                                        \
                 float t[16][P];                                                                    \
                 _Pragma("unroll") for (int w = 0; w < P; w++) {                                    \
                     float r_[16];                                                                  \
@@ -176,7 +176,7 @@ static inline void store_c(__global float *c, int j0, int N, floatN acc, int fir
                            float alpha, float beta, __global const float *bias)
 {
     int read_old = !first || beta != 0.0f; /* beta == 0 never reads C's old contents */
-    if (j0 + VN <= N) {
+    if (N - j0 >= VN) {
         floatN old = read_old ? vloadN(0, c + j0) : (floatN)(0.0f);
         floatN b = bias ? vloadN(0, bias + j0) : (floatN)(0.0f);
         vstoreN(COMBINE_C(floatN, acc, old, b, first, last, alpha, beta), 0, c + j0);
@@ -234,7 +234,7 @@ static inline __attribute__((always_inline)) void gemm_strip(__global const floa
                     acc[i][v] = (floatN)(0.0f);
             __global const float *bk = bpanel + k0 * TN;
             int k = 0;
-            for (; k + KSTEPS <= kn; k += KSTEPS, bk += KSTEPS * TN)
+            for (; kn - k >= KSTEPS; k += KSTEPS, bk += KSTEPS * TN)
 #pragma unroll
                 for (int s = 0; s < KSTEPS; s++)
                     TILE_STEP(k + s, bk + s * TN);
@@ -328,7 +328,7 @@ __kernel void matmul_packed(__global const float *Ap, int a_bs, __global const f
 #define STAGE(L, TR, T, X, s_r, s_k, r0, R, k0, K, vec)                                            \
     do {                                                                                          \
         if ((s_r) == 1) { /* contiguous along r: work-items walk r */                             \
-            if ((vec) && (r0) + (TR) <= (R)) {                                                    \
+            if ((vec) && (R) - (r0) >= (TR)) {                                                    \
                 for (int e = t; e < (TR) * TSK / 4; e += NTHREADS) {                              \
                     int r = (e % ((TR) / 4)) * 4, k = e / ((TR) / 4);                             \
                     float4 v = (k0) + k < (K) ? STAGE_LOAD4(T, (X) + (r0) + r + ((k0) + k) * (s_k)) \
@@ -347,7 +347,7 @@ __kernel void matmul_packed(__global const float *Ap, int a_bs, __global const f
                 }                                                                                 \
             }                                                                                     \
         } else { /* contiguous along k (or neither): work-items walk k */                         \
-            if ((vec) && (k0) + TSK <= (K)) {                                                     \
+            if ((vec) && (K) - (k0) >= TSK) {                                                     \
                 for (int e = t; e < (TR) * TSK / 4; e += NTHREADS) {                              \
                     int k = (e % (TSK / 4)) * 4, r = e / (TSK / 4);                               \
                     float4 v = (r0) + r < (R) ? STAGE_LOAD4(T, (X) + ((r0) + r) * (s_r) + (k0) + k) \

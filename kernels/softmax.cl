@@ -276,7 +276,7 @@ static inline float prefix_max(__global const XTYPE *xr, int K, int limit, int l
         /* four running maxima: one chains every vector on the max's latency (the four made
          * float16 rows 1.06x faster, AVX-512 EPYC) */
         floatV m1 = mv, m2 = mv, m3 = mv;
-        for (k = 0; k + 4 * VW <= lv; k += 4 * VW) {
+        for (k = 0; lv - k >= 4 * VW; k += 4 * VW) {
             mv = maxv(mv, LDXV(xr + k));
             m1 = maxv(m1, LDXV(xr + k + VW));
             m2 = maxv(m2, LDXV(xr + k + 2 * VW));
@@ -347,7 +347,8 @@ static inline int prefix_scale(__global const XTYPE *xr, __global YTYPE *yr, flo
     return k;
 }
 
-/* The blocked outputs from key k on, all y_fill. */
+/* The blocked outputs from key k on, all y_fill. (Here and in the other row loops the tests are
+ * K - k >= n, not k + n <= K: a row may hold up to INT_MAX keys.) */
 static inline void prefix_fill(__global YTYPE *yr, int k, int K, float y_fill)
 {
     for (; k < K && k % VW; k++)
@@ -364,7 +365,7 @@ static inline void prefix_fill(__global YTYPE *yr, int k, int K, float y_fill)
         ushortV f = (ushortV)(YT == 2 ? clattn_f32_to_f16(y_fill) : clattn_f32_to_bf16(y_fill));
         __global ushortV *yv = (__global ushortV *)(yr + k);
 #endif
-        for (; k + 4 * VW <= K; k += 4 * VW, yv += 4) {
+        for (; K - k >= 4 * VW; k += 4 * VW, yv += 4) {
             yv[0] = f;
             yv[1] = f;
             yv[2] = f;
@@ -372,10 +373,10 @@ static inline void prefix_fill(__global YTYPE *yr, int k, int K, float y_fill)
         }
     }
 #elif YT == 0
-    for (; k + 16 <= K; k += 16)
+    for (; K - k >= 16; k += 16)
         vstore16((float16)(y_fill), 0, yr + k);
 #endif
-    for (; k + VW <= K; k += VW)
+    for (; K - k >= VW; k += VW)
         STYV((floatV)(y_fill), yr + k);
     for (; k < K; k++)
         STY(y_fill, yr + k);
@@ -391,7 +392,7 @@ static inline float softmax_prefix(__global const XTYPE *xr, __global YTYPE *yr,
     int lv = limit - limit % VW;
     /* a row whose live scores end inside a vector that lies within the row takes that vector
      * whole, its blocked lanes masked off, rather than scalar tails in every pass */
-    int vtail = lv < limit && lv + VW <= K;
+    int vtail = lv < limit && K - lv >= VW;
     intV tail_open = (intV)(lv) + LANES < (intV)(limit);
     float m = prefix_max(xr, K, limit, lv, vtail, tail_open, fill);
     float e_fill = limit < K ? clattn_exp_neg(fill - m) : 0.0f;

@@ -17,7 +17,7 @@ static inline int16 open16(int kidx, int nk, int lo, int limit, __global const i
     int16 ok = idx >= (int16)(lo) & idx < (int16)(limit);
     if (mrow) {
         int16 m;
-        if (msk == 1 && kidx + 16 <= nk) {
+        if (msk == 1 && nk - kidx >= 16) {
             m = vload16(0, mrow + kidx);
         } else {
             int t[16];
@@ -41,7 +41,7 @@ static inline float16 mask16(float16 s, int kidx, int nk, int lo, int limit,
 /* The bias of one row for 16 keys from kidx (stride bsk: 1, or 0 broadcast; keys past nk 0). */
 static inline float16 bias16(__global const float *brow, int kidx, int nk, int bsk)
 {
-    if (bsk == 1 && kidx + 16 <= nk)
+    if (bsk == 1 && nk - kidx >= 16)
         return vload16(0, brow + kidx);
     float t[16];
     for (int i = 0; i < 16; i++)

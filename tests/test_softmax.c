@@ -530,6 +530,52 @@ static void test_row_bounds_int_limits(void **s)
     clReleaseProgram(prog);
 }
 
+/* A row of 2^31 - 16 float16 keys (the longest whose vector loops' steps pass INT_MAX), in place:
+ * every score -inf but two 0s, near each end, so the weights are 0.5 there and 0 elsewhere;
+ * the GPU variant's strided items refuse the row untouched. 4 GiB: only with CLATTN_TEST_HUGE=1
+ * (meson's softmax-huge, suite fuzz: CI's long checks). */
+static void test_huge_row(void **s)
+{
+    (void)s;
+    const char *env = getenv("CLATTN_TEST_HUGE");
+    if (!env || strcmp(env, "1") != 0)
+        skip();
+    const size_t K = 2147483632u, at[2] = {3, K - 5};
+    size_t dims[2] = {1, K}, one_dim[1] = {1}, edge_dims[1] = {64};
+    unsigned short zero = clattn_float_to_half(0.0f), got[64];
+    clattn_tensor x;
+    assert_int_equal(clattn_tensor_create(h_ctx, CLATTN_FLOAT16, 2, dims, NULL, &x), CLATTN_SUCCESS);
+    assert_int_equal(clattn_tensor_fill(h_ctx, &x, -INFINITY), CLATTN_SUCCESS);
+    for (int i = 0; i < 2; i++) {
+        clattn_tensor v = clattn_view(x.buf, CLATTN_FLOAT16, at[i], 1, one_dim);
+        assert_int_equal(clattn_tensor_write_blocking(h_ctx, &v, &zero), CLATTN_SUCCESS);
+    }
+    clattn_params p;
+    memset(&p, 0, sizeof p);
+    p.tuning = "softmax=gpu:WG=128";
+    clattn_context *gctx = NULL;
+    if (clattn_context_wrap(&gctx, clattn_context_cl(h_ctx), clattn_context_device(h_ctx),
+                            clattn_context_queue(h_ctx), &p) != CLATTN_SUCCESS)
+        fail_msg("%s", clattn_last_error(NULL));
+    clattn_status st = clattn_masked_softmax(gctx, &x, NULL, &x);
+    if (st != CLATTN_ERROR_UNSUPPORTED || !strstr(clattn_last_error(gctx), "at most 2147483519"))
+        fail_msg("softmax=gpu: status %d: %s", st, clattn_last_error(gctx));
+    clattn_context_destroy(&gctx);
+    if (clattn_masked_softmax(h_ctx, &x, NULL, &x) != CLATTN_SUCCESS)
+        fail_msg("masked_softmax: %s", clattn_last_error(h_ctx));
+    for (int end = 0; end < 2; end++) { /* the first and the last 64 weights */
+        size_t off = end ? K - 64 : 0;
+        clattn_tensor v = clattn_view(x.buf, CLATTN_FLOAT16, off, 1, edge_dims);
+        assert_int_equal(clattn_tensor_read_blocking(h_ctx, &v, got), CLATTN_SUCCESS);
+        for (size_t i = 0; i < 64; i++) {
+            float w = clattn_half_to_float(got[i]), want = off + i == at[end] ? 0.5f : 0.0f;
+            if (w != want)
+                fail_msg("weight %zu: %g, expected %g", off + i, w, want);
+        }
+    }
+    clattn_tensor_release(&x);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -543,6 +589,7 @@ int main(void)
         cmocka_unit_test(test_views),
         cmocka_unit_test(test_16bit_bad_input),
         cmocka_unit_test(test_row_bounds_int_limits),
+        cmocka_unit_test(test_huge_row),
     };
     return cmocka_run_group_tests(tests, h_setup, h_teardown);
 }

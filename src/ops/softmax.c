@@ -90,12 +90,20 @@ long clattn__softmax_gpu_min_loops(const clattn_tuning *t)
     return wg_loops(1, clattn__tune_int(t, "WG", 128));
 }
 
-/* The rows are not split over launches: a row whose passes exceed the loop budget is refused. */
-static clattn_status check_loops(clattn_context *ctx, const clattn_tuning *t, int K, int WG)
+/* The rows are not split over launches: a row whose passes exceed the loop budget is refused, and
+ * so is one whose items' strided int indices (k += WG, k < K) could pass INT_MAX. */
+static clattn_status check_loops(clattn_context *ctx, const clattn_tuning *t, int K, int WG,
+                                 const char *what)
 {
+    clattn_status st = CLATTN_SUCCESS;
     size_t one;
-    return clattn__loop_units(ctx, clattn__loop_budget(ctx, t), 0, wg_loops(K, WG), 1, &one,
-                              "masked_softmax: a row of %d keys (softmax=gpu, WG=%d)", K, WG);
+    CHECK(ctx, K <= INT32_MAX - WG, CLATTN_ERROR_UNSUPPORTED,
+          "%s: a row of %d elements with WG=%d items striding over it passes 32-bit indexing; "
+          "at most %d (or the cpu variant)", what, K, WG, INT32_MAX - WG);
+    st = clattn__loop_units(ctx, clattn__loop_budget(ctx, t), 0, wg_loops(K, WG), 1, &one,
+                            "masked_softmax: a row of %d keys (softmax=gpu, WG=%d)", K, WG);
+fail:
+    return st;
 }
 
 clattn_status clattn__rows_kernel(clattn_context *ctx, clattn_tuning *t, const char *file,
@@ -143,7 +151,7 @@ clattn_status clattn__launch_rows(clattn_context *ctx, const clattn_tuning *t, c
     clattn_status st = CLATTN_SUCCESS;
     size_t gws = (size_t)nrows;
     if (strcmp(t->variant, "gpu") == 0) {
-        CHECK_ST(check_loops(ctx, t, K, WG));
+        CHECK_ST(check_loops(ctx, t, K, WG, what));
         lws = (size_t)WG;
         gws = (size_t)nrows * lws;
     }
