@@ -49,6 +49,24 @@ int h_small(void)
     return s && *s && strcmp(s, "0") != 0;
 }
 
+int h_huge(void)
+{
+    const char *s = getenv("CLATTN_TEST_HUGE");
+    return s && strcmp(s, "1") == 0;
+}
+
+clattn_context *h_ctx_tuned(const char *tuning)
+{
+    clattn_params p;
+    memset(&p, 0, sizeof p);
+    p.tuning = tuning;
+    clattn_context *ctx = NULL;
+    if (clattn_context_wrap(&ctx, clattn_context_cl(h_ctx), clattn_context_device(h_ctx),
+                            clattn_context_queue(h_ctx), &p) != CLATTN_SUCCESS)
+        fail_msg("%s: %s", tuning, clattn_last_error(NULL));
+    return ctx;
+}
+
 int h_setup(void **st)
 {
     (void)st;

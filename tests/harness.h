@@ -51,6 +51,12 @@ const char *h_dtype_name(clattn_dtype dt);
 void h_poison(const clattn_tensor *t);
 /* 1 when CLATTN_TEST_SMALL is set (the Oclgrind setup): tests skip only their biggest cases. */
 int h_small(void);
+/* CLATTN_TEST_HUGE=1: the tests of the largest accepted sizes run (tensors of GiBs; meson's
+ * *-huge tests), else they skip. */
+int h_huge(void);
+/* A context over h_ctx's device and queue with this CLATTN_TUNE-syntax tuning (the test fails
+ * when it cannot be made); clattn_context_destroy it. */
+clattn_context *h_ctx_tuned(const char *tuning);
 /* Reads a tensor back (finishes the queue) into a malloc'd array. */
 void *h_read(const clattn_tensor *t);
 

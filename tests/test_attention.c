@@ -653,13 +653,7 @@ static void test_windows(void **s)
 static float *fused_with(const char *tuning, const att_case *c, const float *q, const float *k,
                          const float *v, const h_mask *hm, size_t *scratch)
 {
-    clattn_params p;
-    memset(&p, 0, sizeof p);
-    p.tuning = tuning;
-    clattn_context *ctx = NULL;
-    if (clattn_context_wrap(&ctx, clattn_context_cl(h_ctx), clattn_context_device(h_ctx),
-                            clattn_context_queue(h_ctx), &p) != CLATTN_SUCCESS)
-        fail_msg("%s: %s", tuning, clattn_last_error(NULL));
+    clattn_context *ctx = h_ctx_tuned(tuning);
     clattn_tensor tq = make_as(c, c->qt, 0, c->nq, c->d, q);
     clattn_tensor tk = make_as(c, c->kt, 1, c->nk, c->d, k);
     clattn_tensor tv = make_as(c, c->vt, 1, c->nk, c->dv, v);
@@ -804,6 +798,17 @@ static void test_16bit_bad_input(void **s)
         clattn_tensor_release(ts[i]);
 }
 
+/* Case i's fused outputs then LSEs (fused_with's n floats) computed two ways, a and b, bit for
+ * bit the same. */
+static void same_bits(const float *x, const float *y, size_t n, size_t i, const att_case *c,
+                      const char *a, const char *b)
+{
+    for (size_t e = 0; e < n; e++)
+        if (memcmp(&x[e], &y[e], sizeof *x) != 0)
+            fail_msg("case %zu (Q=%d K=%d d=%d dv=%d): output (then LSE) %zu is %.9g %s, %.9g %s",
+                     i, c->nq, c->nk, c->d, c->dv, e, x[e], a, y[e], b);
+}
+
 /* The fused GPU kernel over its keys in several launches (a loop budget, LOOPS) computes bit for
  * bit what one launch does, outputs and LSEs: rows that stop early (lengths, causal), values past the stop that are
  * NaN, -inf fills, dropout, huge scores, the largest head sizes. The split shows in the scratch:
@@ -853,10 +858,7 @@ static void test_split_launches(void **s)
         if (split_bytes <= one_bytes && !strstr(clattn_context_description(h_ctx), "llvmpipe"))
             fail_msg("case %zu: LOOPS=24000 took one launch (scratch %zu bytes, %zu without)", i,
                      split_bytes, one_bytes);
-        for (size_t e = 0; e < n; e++)
-            if (memcmp(&one[e], &split[e], sizeof *one) != 0)
-                fail_msg("case %zu (Q=%d K=%d d=%d dv=%d): output (then LSE) %zu is %.9g in one "
-                         "launch, %.9g split", i, c->nq, c->nk, c->d, c->dv, e, one[e], split[e]);
+        same_bits(one, split, n, i, c, "in one launch", "split");
         free(one); free(split); free(q); free(k); free(v);
         h_mask_free(&hm);
     }
@@ -907,10 +909,7 @@ static void test_group_order(void **s)
                                 &bytes);
         float *many = fused_with("attention=cpu:QR=2:KB=16:WG=2:QG=7:VC=16", c, q, k, v, &hm,
                                  &bytes);
-        for (size_t e = 0; e < n; e++)
-            if (memcmp(&one[e], &many[e], sizeof *one) != 0)
-                fail_msg("case %zu (Q=%d K=%d): output (then LSE) %zu is %.9g with one group per "
-                         "item, %.9g with 7", i, c->nq, c->nk, e, one[e], many[e]);
+        same_bits(one, many, n, i, c, "with one group per item", "with 7");
         free(one); free(many); free(q); free(k); free(v);
         h_mask_free(&hm);
     }
@@ -923,16 +922,9 @@ static void test_group_order(void **s)
 static void test_huge_keys(void **s)
 {
     (void)s;
-    const char *env = getenv("CLATTN_TEST_HUGE");
-    if (!env || strcmp(env, "1") != 0)
+    if (!h_huge())
         skip();
-    clattn_params p;
-    memset(&p, 0, sizeof p);
-    p.tuning = "attention=gpu:BQ=16:BK=16";
-    clattn_context *ctx = NULL;
-    if (clattn_context_wrap(&ctx, clattn_context_cl(h_ctx), clattn_context_device(h_ctx),
-                            clattn_context_queue(h_ctx), &p) != CLATTN_SUCCESS)
-        fail_msg("%s", clattn_last_error(NULL));
+    clattn_context *ctx = h_ctx_tuned("attention=gpu:BQ=16:BK=16");
     float one = 1.0f, poison = 7.0f, got = 0.0f;
     size_t kd[2] = {(size_t)(INT32_MAX / 16 - 1) * 16 + 1, 1};
     clattn_tensor tq = h_tensor(CLATTN_FLOAT32, 2, H_DIMS(1, 1), &one);

@@ -414,17 +414,10 @@ static void test_sync_rejects_lens(void **s)
 static void test_huge_cache(void **s)
 {
     (void)s;
-    const char *env = getenv("CLATTN_TEST_HUGE");
-    if (!env || strcmp(env, "1") != 0)
+    if (!h_huge())
         skip();
     const size_t max_rows = 2147483647u - 64 - 1024 - 16, hot = 943;
-    clattn_params p;
-    memset(&p, 0, sizeof p);
-    p.tuning = "decode=cpu:SK=1048576";
-    clattn_context *ctx = NULL;
-    if (clattn_context_wrap(&ctx, clattn_context_cl(h_ctx), clattn_context_device(h_ctx),
-                            clattn_context_queue(h_ctx), &p) != CLATTN_SUCCESS)
-        fail_msg("%s", clattn_last_error(NULL));
+    clattn_context *ctx = h_ctx_tuned("decode=cpu:SK=1048576");
     float one = 1.0f, out = NAN, lse = NAN;
     int len = (int)max_rows;
     unsigned short kv[943 * 2];

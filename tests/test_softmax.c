@@ -537,8 +537,7 @@ static void test_row_bounds_int_limits(void **s)
 static void test_huge_row(void **s)
 {
     (void)s;
-    const char *env = getenv("CLATTN_TEST_HUGE");
-    if (!env || strcmp(env, "1") != 0)
+    if (!h_huge())
         skip();
     const size_t K = 2147483632u, at[2] = {3, K - 5};
     size_t dims[2] = {1, K}, one_dim[1] = {1}, edge_dims[1] = {64};
@@ -550,13 +549,7 @@ static void test_huge_row(void **s)
         clattn_tensor v = clattn_view(x.buf, CLATTN_FLOAT16, at[i], 1, one_dim);
         assert_int_equal(clattn_tensor_write_blocking(h_ctx, &v, &zero), CLATTN_SUCCESS);
     }
-    clattn_params p;
-    memset(&p, 0, sizeof p);
-    p.tuning = "softmax=gpu:WG=128";
-    clattn_context *gctx = NULL;
-    if (clattn_context_wrap(&gctx, clattn_context_cl(h_ctx), clattn_context_device(h_ctx),
-                            clattn_context_queue(h_ctx), &p) != CLATTN_SUCCESS)
-        fail_msg("%s", clattn_last_error(NULL));
+    clattn_context *gctx = h_ctx_tuned("softmax=gpu:WG=128");
     clattn_status st = clattn_masked_softmax(gctx, &x, NULL, &x);
     if (st != CLATTN_ERROR_UNSUPPORTED || !strstr(clattn_last_error(gctx), "at most 2147483519"))
         fail_msg("softmax=gpu: status %d: %s", st, clattn_last_error(gctx));

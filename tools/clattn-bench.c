@@ -2129,34 +2129,31 @@ static void parse_trans(bench *b, const char *arg)
     }
 }
 
-static void parse_attn_n(bench *b, const char *arg)
+/* A comma-separated list of integers in [1, hi] for option opt (what: their name) into out. */
+static void parse_ints(const char *opt, const char *arg, long hi, const char *what, int *out,
+                       int *n)
 {
-    b->nattn = 0;
+    *n = 0;
     for (const char *s = arg; *s;) {
         char *end;
-        long n = strtol(s, &end, 10);
-        if (end == s || n < 1 || n > 65536 || (*end && *end != ','))
-            die("--attn-n: '%s': expected lengths 1-65536, comma-separated", arg);
-        if (b->nattn == MAX_SIZES)
-            die("--attn-n: at most %d lengths", MAX_SIZES);
-        b->attn_n[b->nattn++] = (int)n;
+        long v = strtol(s, &end, 10);
+        if (end == s || v < 1 || v > hi || (*end && *end != ','))
+            die("%s: '%s': expected %s 1-%ld, comma-separated", opt, arg, what, hi);
+        if (*n == MAX_SIZES)
+            die("%s: at most %d %s", opt, MAX_SIZES, what);
+        out[(*n)++] = (int)v;
         s = *end ? end + 1 : end;
     }
 }
 
+static void parse_attn_n(bench *b, const char *arg)
+{
+    parse_ints("--attn-n", arg, 65536, "lengths", b->attn_n, &b->nattn);
+}
+
 static void parse_attn_d(bench *b, const char *arg)
 {
-    b->nattd = 0;
-    for (const char *s = arg; *s;) {
-        char *end;
-        long d = strtol(s, &end, 10);
-        if (end == s || d < 1 || d > 256 || (*end && *end != ','))
-            die("--attn-d: '%s': expected head sizes 1-256, comma-separated", arg);
-        if (b->nattd == MAX_SIZES)
-            die("--attn-d: at most %d head sizes", MAX_SIZES);
-        b->attn_d[b->nattd++] = (int)d;
-        s = *end ? end + 1 : end;
-    }
+    parse_ints("--attn-d", arg, 256, "head sizes", b->attn_d, &b->nattd);
 }
 
 static void parse_softmax(bench *b, const char *arg)
