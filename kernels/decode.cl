@@ -65,6 +65,11 @@
 #ifndef ALIGN16
 #define ALIGN16 0
 #endif
+/* decode_cpu's dot products: JK keys at a time for each of the RQ rows, and P V: CV 16-column
+ * chunks at a time, so that RQ * JK (RQ * CV) independent FMA chains hide the FMA's latency
+ * (RQ alone, 4, left half of AVX-512's FMA throughput idle) while the tiles stay in registers */
+#define JK (RQ <= 4 ? 4 : RQ <= 8 ? 2 : 1)
+#define CV (RQ <= 8 ? 2 : 1)
 #if DP % 16 != 0 || DVP % 16 != 0 || RQ < 1
 #error "DP and DVP must be multiples of 16, RQ at least 1"
 #endif
@@ -151,13 +156,51 @@ static inline float hmax16(float16 v)
     return c.y > c.x ? c.y : c.x;
 }
 
+/* the upper half by components: Oclgrind 21.10 takes lane 11 of .hi for undefined */
+#define HI8(v) ((float8)((v).s8, (v).s9, (v).sa, (v).sb, (v).sc, (v).sd, (v).se, (v).sf))
+
 static inline float hsum16(float16 v)
 {
-    /* the upper half by components: Oclgrind 21.10 takes lane 11 of .hi for undefined */
-    float8 a = v.lo + (float8)(v.s8, v.s9, v.sa, v.sb, v.sc, v.sd, v.se, v.sf);
+    float8 a = v.lo + HI8(v);
     float4 b = a.lo + a.hi;
     return (b.x + b.y) + (b.z + b.w);
 }
+
+/* Two vectors' lane sums halved into one: lanes 0-7 add up to x's sum, 8-15 to y's. (Shuffles
+ * throughout, not vector literals of two vectors' halves nor .even / .odd: Oclgrind 21.10's
+ * uninitialized-value checker crashes on the first and takes lanes of the second for undefined.) */
+static inline float16 hsum_pair(float16 x, float16 y)
+{
+    return shuffle2(x, y, (uint16)(0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23)) +
+           shuffle2(x, y, (uint16)(8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31));
+}
+
+#if JK == 4
+static inline float4 hsum16_keys(const float16 *a)
+{
+    float16 b0 = hsum_pair(a[0], a[1]), b1 = hsum_pair(a[2], a[3]);
+    float16 c = /* 4 lanes per vector */
+        shuffle2(b0, b1, (uint16)(0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27)) +
+        shuffle2(b0, b1, (uint16)(4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31));
+    float8 e = shuffle(c, (uint8)(0, 2, 4, 6, 8, 10, 12, 14)) +
+               shuffle(c, (uint8)(1, 3, 5, 7, 9, 11, 13, 15));
+    return shuffle(e, (uint4)(0, 2, 4, 6)) + shuffle(e, (uint4)(1, 3, 5, 7));
+}
+#elif JK == 2
+static inline float2 hsum16_keys(const float16 *a)
+{
+    float16 b = hsum_pair(a[0], a[1]);
+    float8 c = shuffle(b, (uint8)(0, 1, 2, 3, 8, 9, 10, 11)) +
+               shuffle(b, (uint8)(4, 5, 6, 7, 12, 13, 14, 15));
+    float4 e = shuffle(c, (uint4)(0, 2, 4, 6)) + shuffle(c, (uint4)(1, 3, 5, 7));
+    return shuffle(e, (uint2)(0, 2)) + shuffle(e, (uint2)(1, 3));
+}
+#else
+static inline float hsum16_keys(const float16 *a)
+{
+    return hsum16(a[0]);
+}
+#endif
 
 /* The state's maximum and sum; l: the sum with the weight factor sh, stored without it (exact). */
 static inline void store_state(__global float *part, size_t row, int nsplit, int s, int dv,
@@ -193,39 +236,65 @@ dcpu_keys(float16 acc[RQ][DVP / 16], float *m, float *l, float16 qv[RQ][DP / 16]
         for (int c = 0; c < DVP / 16; c++)
             acc[r][c] = (float16)(0.0f);
     }
+    /* the scores of a block's keys, then their weights; lanes past a short last block's keys
+     * are masked, not computed: set once here, so that no lane is ever read uninitialised */
+    float st[RQ][16];
+    #pragma unroll
+    for (int r = 0; r < RQ; r++)
+        vstore16((float16)(0.0f), 0, st[r]);
     for (int k0 = k_lo; k0 < k_hi; k0 += 16) {
         int nk = min(16, k_hi - k0);
-        float st[RQ][16], corr[RQ];
-        for (int j = 0; j < nk; j++) {
-            __global const CTYPE *kr = kb + (size_t)(k0 + j) * d;
-            /* the K and V rows PF keys on, so that they are on their way from memory well
-             * before use: the hardware's prefetchers did not keep up (EPYC, cache in L3:
-             * 40 GB/s without, 52 with; demand loads of one value per line in their place:
-             * 34) */
-            if (k0 + PF + j < k_hi) {
-                PREFETCH_ROW(kr + (size_t)PF * d, d);
-                PREFETCH_ROW(vb + (size_t)(k0 + PF + j) * dv, dv);
+        float corr[RQ];
+        for (int j = 0; j < nk; j += JK) {
+            __global const CTYPE *kr[JK];
+            #pragma unroll
+            for (int t = 0; t < JK; t++) {
+                /* keys past the block's nk repeat its last (their scores are masked below) */
+                kr[t] = kb + (size_t)(k0 + min(j + t, nk - 1)) * d;
+                /* the K and V rows PF keys on, so that they are on their way from memory well
+                 * before use: the hardware's prefetchers did not keep up (EPYC, cache in L3:
+                 * 40 GB/s without, 52 with; demand loads of one value per line in their place:
+                 * 34) */
+                if (j + t < nk && k0 + PF + j + t < k_hi) {
+                    PREFETCH_ROW(kr[t] + (size_t)PF * d, d);
+                    PREFETCH_ROW(vb + (size_t)(k0 + PF + j + t) * dv, dv);
+                }
             }
-            float16 a[RQ];
+            float16 a[RQ][JK];
             #pragma unroll
             for (int r = 0; r < RQ; r++)
-                a[r] = (float16)(0.0f);
+                #pragma unroll
+                for (int t = 0; t < JK; t++)
+                    a[r][t] = (float16)(0.0f);
             #pragma unroll 1
             for (int c = 0; c < nd; c++) {
-                float16 kv = ROW16(kr, c);
                 #pragma unroll
-                for (int r = 0; r < RQ; r++)
-                    a[r] = fma(qv[r][c], kv, a[r]);
+                for (int t = 0; t < JK; t++) {
+                    float16 kv = ROW16(kr[t], c);
+                    #pragma unroll
+                    for (int r = 0; r < RQ; r++)
+                        a[r][t] = fma(qv[r][c], kv, a[r][t]);
+                }
             }
             if (16 * nd < d) {
-                float16 kv = LOAD_ROW16(CT, kr + 16 * nd, d - 16 * nd);
                 #pragma unroll
-                for (int r = 0; r < RQ; r++)
-                    a[r] = fma(qv[r][nd], kv, a[r]);
+                for (int t = 0; t < JK; t++) {
+                    float16 kv = LOAD_ROW16(CT, kr[t] + 16 * nd, d - 16 * nd);
+                    #pragma unroll
+                    for (int r = 0; r < RQ; r++)
+                        a[r][t] = fma(qv[r][nd], kv, a[r][t]);
+                }
             }
+            /* j + JK <= 16: j is a multiple of JK, which divides 16 */
             #pragma unroll
             for (int r = 0; r < RQ; r++)
-                st[r][j] = hsum16(a[r]);
+#if JK == 1
+                st[r][j] = hsum16_keys(a[r]);
+#elif JK == 2
+                vstore2(hsum16_keys(a[r]), 0, st[r] + j);
+#else
+                vstore4(hsum16_keys(a[r]), 0, st[r] + j);
+#endif
         }
         int16 idx = (int16)(k0) + (int16)(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
         #pragma unroll
@@ -246,9 +315,36 @@ dcpu_keys(float16 acc[RQ][DVP / 16], float *m, float *l, float16 qv[RQ][DP / 16]
             m[r] = mn;
             vstore16(x, 0, st[r]);
         }
-        /* P V one 16-column chunk at a time over the block's keys, RQ accumulators */
+        /* P V CV 16-column chunks at a time over the block's keys, RQ * CV accumulators */
+        int c = 0;
         #pragma unroll 1
-        for (int c = 0; c < (dv + 15) / 16; c++) {
+        for (; c + CV <= ndv; c += CV) {
+            float16 a[RQ][CV];
+            #pragma unroll
+            for (int r = 0; r < RQ; r++)
+                #pragma unroll
+                for (int u = 0; u < CV; u++)
+                    a[r][u] = acc[r][c + u] * (float16)(corr[r]);
+            #pragma unroll 1
+            for (int j = 0; j < nk; j++) {
+                __global const CTYPE *vr = vb + (size_t)(k0 + j) * dv;
+                #pragma unroll
+                for (int u = 0; u < CV; u++) {
+                    float16 vv = ROW16(vr, c + u);
+                    #pragma unroll
+                    for (int r = 0; r < RQ; r++)
+                        a[r][u] = fma((float16)(st[r][j]), vv, a[r][u]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < RQ; r++)
+                #pragma unroll
+                for (int u = 0; u < CV; u++)
+                    acc[r][c + u] = a[r][u];
+        }
+        /* the chunks left: one at a time, the last one partial when dv is not a multiple of 16 */
+        #pragma unroll 1
+        for (; c < (dv + 15) / 16; c++) {
             float16 a[RQ];
             #pragma unroll
             for (int r = 0; r < RQ; r++)

@@ -338,6 +338,35 @@ static void test_long(void **s)
     CASES({2, 8, 2, 1, 4097, 128, 128, {4097, 3001}}, {1, 4, 4, 2, 5000, 64, 32, {4900}, 1, 1, 1});
 }
 
+/* decode_cpu's tiles for every RQ the tuning takes: JK keys' dot products at once (4 up to RQ 4,
+ * 2 up to 8, else 1) and CV value chunks (2 up to RQ 8), with their tails: blocks of keys not a
+ * multiple of JK, head sizes not multiples of 16 and odd counts of 16-column chunks. The host
+ * spreads a K/V head's G * Qn rows evenly, so those are chosen to land on each RQ. */
+static void test_row_tiles(void **s)
+{
+    (void)s;
+    if (strstr(clattn_context_description(h_ctx), "llvmpipe")) { /* CPU shapes refused there */
+        print_message("skipped on llvmpipe: the CPU-shaped kernel's tiles\n");
+        return;
+    }
+    static const char *const tunes[] = {"decode=cpu:RQ=1:SK=64", "decode=cpu:RQ=5:SK=48",
+                                        "decode=cpu:RQ=8:SK=1024", "decode=cpu:RQ=9:SK=32",
+                                        "decode=cpu:RQ=16:SK=80"};
+    clattn_context *saved = h_ctx; /* run() takes h_ctx (on a failure the later tests fail too) */
+    for (size_t t = 0; t < sizeof tunes / sizeof tunes[0]; t++) {
+        h_ctx = saved;
+        h_ctx = h_ctx_tuned(tunes[t]);
+        CASES({2, 8, 2, 1, 301, 64, 48, {0, 299}}, {1, 16, 1, 1, 97, 17, 33, {97}},
+              {2, 9, 1, 1, 130, 128, 128, {129, 61}}, {1, 5, 1, 1, 45, 31, 16, {43}},
+              {2, 8, 2, 3, 200, 16, 40, {150, 7}, 1, 1, 1, 1, 30, -1, -1e3f},
+              {1, 4, 1, 4, 90, 32, 16, {70}, 1, 0, 1, .alibi = 1},
+              {1, 6, 1, 1, 70, 16, 16, {69}, .qscale = 1e-3, .vscale = 3e38},
+              {1, 4, 2, 1, 60, 8, 8, {55}, .nan_v = 3});
+        clattn_context_destroy(&h_ctx);
+    }
+    h_ctx = saved;
+}
+
 /* ALiBi slopes per head and per sequence and head, counted from each sequence's own last key:
  * GQA and MQA, appends with causal rows, windows, lengths 0 and full, large slopes (logits to
  * -1e4), long caches over many splits. */
@@ -557,6 +586,7 @@ int main(void)
         cmocka_unit_test(test_long),
         cmocka_unit_test(test_huge_values),
         cmocka_unit_test(test_alibi),
+        cmocka_unit_test(test_row_tiles),
         cmocka_unit_test(test_sync_rejects_lens),
         cmocka_unit_test(test_16bit),
         cmocka_unit_test(test_16bit_bad_input),
