@@ -340,7 +340,7 @@ TILE_INLINE void cpu_addends(float16 s[QR][NKV], const cpu_group *g, int kbase, 
     if (slopes) {
         #pragma unroll
         for (int r = 0; r < QR; r++) {
-            int diag = g->row[r] + nk - nq - kbase; /* relative to the block */
+            int diag = (g->row[r] - nq) + (nk - kbase); /* relative to the block; no int overflow */
             #pragma unroll
             for (int j = 0; j < NKV; j++)
                 s[r][j] += CLATTN_ALIBI(slope, convert_float16((int16)(diag - 16 * j) - LANES16));
@@ -845,7 +845,7 @@ void flash_gpu(__global const QTYPE *Q, int4 ql, __global const KTYPE *K, int4 k
     keys.bsk = bs.w;
     keys.alibi = slopes != 0;
     keys.slope = clattn_slope(slopes, slopes_off, ss, d0, d1);
-    keys.diag = rowc + nk - nq;
+    keys.diag = (rowc - nq) + nk; /* (row - nq) first: row + nk can pass INT_MAX */
     keys.fill = fill;
     __global OTYPE *orow = O + flash_at(ol, D1, bb, rowc);
     __global float *st = part ? part + part_off + ((size_t)bb * nq + rowc) * 3 : 0;

@@ -163,7 +163,7 @@ __kernel void flash_bwd_rows(__global const float *Q, int4 ql, __global const fl
     ((__global int *)rows)[bad_off + i] = (bad ? ROW_NONFINITE : 0) | (open ? 0 : ROW_BLOCKED);
     float lz = lse[lse_off + i], m = lz, l = 1.0f;
     if (clattn_lse_coarse(lz) && open) {
-        int kb = d0 * (D1 / G) + d1 / G, diag = q + nk - nq;
+        int kb = d0 * (D1 / G) + d1 / G, diag = (q - nq) + nk; /* no int overflow */
         __global const float *brow = clattn_bias_row(bias, bias_off, bs, d0, d1, q);
         float slope = clattn_slope(slopes, slopes_off, ss, d0, d1);
         m = -INFINITY;
@@ -291,7 +291,7 @@ TILE_INLINE void bwd_probs(float16 p[QR][NKV], const bwd_tile *t, int kbase, int
             if (bias)
                 s += bias16(brow, kidx, nk, bs.w);
             if (slopes)
-                s += CLATTN_ALIBI(slope, convert_float16((int16)(t->row[r] + nk - nq - kidx) -
+                s += CLATTN_ALIBI(slope, convert_float16((int16)((t->row[r] - nq) + (nk - kidx)) -
                                                          LANES16));
             s = mask16(s, kidx, nk, t->lo[r], t->limit[r], mrow, ms.w, fill);
             s = exp2_neg16(((s - (float16)(t->off[r])) - (float16)(t->ext[r])) *

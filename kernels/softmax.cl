@@ -188,7 +188,7 @@ static inline addend row_addend(__global const float *bias, int bias_off, int4 b
     a.bsk = bs.w;
     a.alibi = slopes != 0;
     a.slope = clattn_slope(slopes, slopes_off, ss, d0, d1);
-    a.diag = q + K - Q;
+    a.diag = (q - Q) + K; /* (q - Q) first: q + K can pass INT_MAX */
     return a;
 }
 

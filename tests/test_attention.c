@@ -949,6 +949,83 @@ static void test_huge_keys(void **s)
     clattn_context_destroy(&ctx);
 }
 
+/* Q rows near INT32_MAX (d 1, float16: 4 GiB, never touched): the fused kernels number rows in
+ * int, their padding rows too, so both shapes refuse where those would pass INT32_MAX (the CPU
+ * shape's 10-row items in groups of 8, a GPU group of 96 rows), nothing enqueued. */
+static void test_huge_rows(void **s)
+{
+    (void)s;
+    if (!h_huge())
+        skip();
+    static const struct {
+        const char *tuning, *want;
+    } cases[] = {
+        {"attention=cpu:QR=5:QG=2:WG=8", "attention: Q's 2147483647 rows, padded to work-groups "
+                                         "of 8 items of 2 x 5 rows, pass 32-bit row indexing"},
+        {"attention=gpu:BQ=96:BK=16", "attention=gpu: Q's 2147483647 rows in groups of BQ=96 "
+                                      "pass 32-bit row indexing"},
+    };
+    size_t qd[2] = {INT32_MAX, 1};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        clattn_context *ctx = h_ctx_tuned(cases[i].tuning);
+        float one = 1.0f;
+        clattn_tensor tk = h_tensor(CLATTN_FLOAT32, 2, H_DIMS(1, 1), &one);
+        clattn_tensor tv = h_tensor(CLATTN_FLOAT32, 2, H_DIMS(1, 1), &one);
+        clattn_tensor tq, to;
+        assert_int_equal(clattn_tensor_create(ctx, CLATTN_FLOAT16, 2, qd, NULL, &tq),
+                         CLATTN_SUCCESS);
+        assert_int_equal(clattn_tensor_create(ctx, CLATTN_FLOAT16, 2, qd, NULL, &to),
+                         CLATTN_SUCCESS);
+        clattn_status st = clattn_dot_product_attention(ctx, &tq, &tk, &tv, NULL, &to, NULL);
+        if (st != CLATTN_ERROR_UNSUPPORTED || !strstr(clattn_last_error(ctx), cases[i].want))
+            fail_msg("%s: status %d: %s (expected \"%s\")", cases[i].tuning, st,
+                     clattn_last_error(ctx), cases[i].want);
+        clattn_tensor *ts[] = {&tq, &to, &tk, &tv};
+        for (size_t j = 0; j < sizeof ts / sizeof ts[0]; j++)
+            clattn_tensor_release(ts[j]);
+        clattn_context_destroy(&ctx);
+    }
+}
+
+/* The most keys attention=gpu takes, split over launches by a loop budget whose span does not
+ * divide them: the host's loops over the launches (and over the value sums' ranges) stepped past
+ * INT32_MAX and never ended. The row sees its last key only (a window of none to its left, so
+ * that the launches skip their tiles rather than take minutes); values 2 (float16, 4 GiB each,
+ * as the keys): the output is exactly 2. */
+static void test_huge_key_launches(void **s)
+{
+    (void)s;
+    if (!h_huge())
+        skip();
+    /* BK=64: the value sums (a row of 16 floats per tile, both kinds) within 32-bit indexing */
+    clattn_context *ctx = h_ctx_tuned("attention=gpu:BQ=16:BK=64:LOOPS=1073741824");
+    float one = 1.0f, got = NAN;
+    size_t kd[2] = {(size_t)(INT32_MAX / 64 - 1) * 64, 1};
+    clattn_tensor tq = h_tensor(CLATTN_FLOAT32, 2, H_DIMS(1, 1), &one);
+    clattn_tensor to = h_tensor(CLATTN_FLOAT32, 2, H_DIMS(1, 1), &got);
+    clattn_tensor tk, tv;
+    assert_int_equal(clattn_tensor_create(ctx, CLATTN_FLOAT16, 2, kd, NULL, &tk), CLATTN_SUCCESS);
+    assert_int_equal(clattn_tensor_create(ctx, CLATTN_FLOAT16, 2, kd, NULL, &tv), CLATTN_SUCCESS);
+    assert_int_equal(clattn_tensor_fill(ctx, &tk, 0.0f), CLATTN_SUCCESS);
+    assert_int_equal(clattn_tensor_fill(ctx, &tv, 2.0f), CLATTN_SUCCESS);
+    clattn_attention_opts opts;
+    memset(&opts, 0, sizeof opts);
+    opts.mask.causal = 1; /* bottom-right, so that both value sums run */
+    opts.mask.align = CLATTN_ALIGN_BOTTOM_RIGHT;
+    opts.mask.window = 1;
+    opts.mask.window_left = 0;
+    opts.mask.window_right = -1;
+    if (clattn_dot_product_attention(ctx, &tq, &tk, &tv, &opts, &to, NULL) != CLATTN_SUCCESS)
+        fail_msg("%s", clattn_last_error(ctx));
+    assert_int_equal(clattn_tensor_read_blocking(ctx, &to, &got), CLATTN_SUCCESS);
+    if (got != 2.0f)
+        fail_msg("out %.9g, expected 2", got);
+    clattn_tensor *ts[] = {&tq, &to, &tk, &tv};
+    for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
+        clattn_tensor_release(ts[i]);
+    clattn_context_destroy(&ctx);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -966,7 +1043,8 @@ int main(void)
         cmocka_unit_test(test_many_head_sizes), cmocka_unit_test(test_long_keys),
         cmocka_unit_test(test_split_launches),  cmocka_unit_test(test_grouped_query),
         cmocka_unit_test(test_windows), cmocka_unit_test(test_group_order),
-        cmocka_unit_test(test_huge_keys),
+        cmocka_unit_test(test_huge_keys),       cmocka_unit_test(test_huge_rows),
+        cmocka_unit_test(test_huge_key_launches),
     };
     return cmocka_run_group_tests(tests, h_setup, h_teardown);
 }

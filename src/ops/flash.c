@@ -155,8 +155,9 @@ static clattn_status enqueue_vsums(clattn_context *ctx, const char *defines,
     CHECK_ST(clattn__get_kernel(ctx, "flash.cl", defines, name, &k));
     size_t gws[2] = {(size_t)dvp / 16, a->nbkv}, lws[2] = {1, 1};
     int last = (nk - 1) / span * span;
-    for (int i = 0; i <= last; i += span) {
-        int k_lo = head ? i : last - i, k_hi = k_lo + span < nk ? k_lo + span : nk;
+    /* long: i + span passes INT_MAX after the last span of nk near it */
+    for (long i = 0; i <= last; i += span) {
+        int k_lo = head ? (int)i : last - (int)i, k_hi = nk - k_lo > span ? k_lo + span : nk;
         CHECK_ST(clattn__set_args(ctx, k, name, ARG(V->buf), ARG(V->l), ARG(a->D1kv), ARG(nk),
                                   ARG(dv), ARG(bks), ARG(nblk), ARG(buf), ARG(off), ARG(k_lo),
                                   ARG(k_hi), ARGS_END));
@@ -185,6 +186,17 @@ static clattn_status enqueue_cpu(clattn_context *ctx, const clattn_tuning *tune,
     CHECK(ctx, QR >= 1 && QR <= 16 && WG >= 1 && QG >= 1, CLATTN_ERROR_INVALID_ARGUMENT,
           "tuning: attention=cpu needs 1 <= QR <= 16, WG >= 1 and QG >= 1 (QR=%d, WG=%d, QG=%d)",
           QR, WG, QG);
+    /* WG items (QG x QR rows each) of one batch per work-group: PoCL runs them one after another
+     * on one core, so the batch's K and V panels stay in its L2. An explicit local size also keeps
+     * PoCL from choosing thousands of work-items per group, whose private arrays overflow its
+     * thread stack. */
+    size_t nitem = clattn__div_up((size_t)a->nq, (size_t)QR * (size_t)QG);
+    size_t lws[2] = {nitem < (size_t)WG ? nitem : (size_t)WG, 1};
+    size_t gws[2] = {clattn__round_up(nitem, lws[0]), (size_t)nb};
+    /* flash_cpu numbers its items' rows in int, those of the padding items too */
+    CHECK(ctx, gws[0] * QG * QR <= (size_t)INT32_MAX, CLATTN_ERROR_UNSUPPORTED,
+          "attention: Q's %d rows, padded to work-groups of %zu items of %d x %d rows, pass "
+          "32-bit row indexing", a->nq, lws[0], QG, QR);
     /* Packed K panels and zero-padded V rows: extra memory O(nb * K * (d + dv)), not O(Q * K).
      * V rows that need no padding and lie one after another are read in place. */
     int v_packed = a->dv != dvp || a->nk % KB != 0 || V->l.s[3] != a->dv ||
@@ -245,13 +257,6 @@ static clattn_status enqueue_cpu(clattn_context *ctx, const clattn_tuning *tune,
                               ARG(a->lse_s), ARG(a->nq), ARG(a->nk), ARG(a->d), ARG(a->dv),
                               ARG(nblk), ARG(a->scale), ARGS_END));
     CHECK_ST(clattn__flash_set_tail(ctx, kf, 20, m, a));
-    /* WG items (QG x QR rows each) of one batch per work-group: PoCL runs them one after another
-     * on one core, so the batch's K and V panels stay in its L2. An explicit local size also keeps
-     * PoCL from choosing thousands of work-items per group, whose private arrays overflow its
-     * thread stack. */
-    size_t nitem = clattn__div_up((size_t)a->nq, (size_t)QR * (size_t)QG);
-    size_t lws[2] = {nitem < (size_t)WG ? nitem : (size_t)WG, 1};
-    size_t gws[2] = {clattn__round_up(nitem, lws[0]), (size_t)nb};
     CHECK_ST(clattn__launch(ctx, kf, 2, gws, lws, "flash_cpu"));
 fail:
     return st;
@@ -335,6 +340,10 @@ static clattn_status enqueue_gpu(clattn_context *ctx, const clattn_tuning *tune,
             break;
         clattn__tune_set(&t, "BQ", BQ = kernel_wg > 1 ? (int)kernel_wg : 1);
     }
+    /* flash_gpu numbers its rows in int, those of the last group's padding too */
+    CHECK(ctx, clattn__round_up((size_t)a->nq, (size_t)BQ) <= (size_t)INT32_MAX,
+          CLATTN_ERROR_UNSUPPORTED, "attention=gpu: Q's %d rows in groups of BQ=%d pass 32-bit "
+          "row indexing", a->nq, BQ);
     CHECK_ST(gpu_span(ctx, budget, BQ, BK, dp, dvp, a, &span));
     /* scratch: the value sums (nbkv, nblk, dvp) when rows skip trailing keys, the same when they
      * skip leading ones, then the rows' running state (nb, nq, 3) when the keys take several
@@ -360,8 +369,8 @@ static clattn_status enqueue_gpu(clattn_context *ctx, const clattn_tuning *tune,
         CHECK_ST(enqueue_vsums(ctx, defines, V, a, a->dv, BK, nblk, dvp, buf, nvt, budget, 1));
     size_t lws[2] = {(size_t)BQ, 1};
     size_t gws[2] = {clattn__round_up((size_t)a->nq, (size_t)BQ), (size_t)nb};
-    for (int k_lo = 0; k_lo < a->nk; k_lo += span) {
-        int k_hi = a->nk - k_lo > span ? k_lo + span : a->nk;
+    for (long lo = 0; lo < a->nk; lo += span) { /* long: see enqueue_vsums */
+        int k_lo = (int)lo, k_hi = a->nk - k_lo > span ? k_lo + span : a->nk;
         CHECK_ST(clattn__set_args(ctx, kf, "flash_gpu", ARG(Q->buf), ARG(Q->l), ARG(K->buf),
                                   ARG(K->l), ARG(V->buf), ARG(V->l), ARG(vt), ARG(vt_off),
                                   ARG(vh), ARG(vh_off), ARG(nblk), ARG(out->buf), ARG(out->l),
