@@ -268,6 +268,28 @@ static void test_16bit_bad_input(void **s)
     clattn_tensor_release(&tq); clattn_tensor_release(&ti); clattn_tensor_release(&to);
 }
 
+/* A refusal that only one sequence meets names it: here sequence 1's scores for the unfused
+ * chain (head size 257) pass 32-bit indexing. Nothing is written. */
+static void test_sequence_error(void **s)
+{
+    (void)s;
+    int cq[3] = {0, 1, 65537}, ck[3] = {0, 1, 32770};
+    float o[65537];
+    h_fill(o, 65537, 5, 6);
+    clattn_tensor tq = h_tensor(CLATTN_FLOAT32, 3, H_DIMS(65537, 1, 257), NULL);
+    clattn_tensor tk = h_tensor(CLATTN_FLOAT32, 3, H_DIMS(32770, 1, 257), NULL);
+    clattn_tensor tv = h_tensor(CLATTN_FLOAT32, 3, H_DIMS(32770, 1, 1), NULL);
+    clattn_tensor to = h_tensor(CLATTN_FLOAT32, 3, H_DIMS(65537, 1, 1), o);
+    clattn_varlen seqs = {2, cq, ck};
+    h_assert_error(clattn_varlen_attention(h_ctx, &tq, &tk, &tv, &seqs, NULL, &to),
+                   CLATTN_ERROR_UNSUPPORTED,
+                   "varlen_attention: sequence 1 (65536 queries, 32769 keys): attention: the "
+                   "unfused path");
+    h_assert_bytes(&to, o, "out of a refused varlen attention");
+    clattn_tensor_release(&tq); clattn_tensor_release(&tk); clattn_tensor_release(&tv);
+    clattn_tensor_release(&to);
+}
+
 /* Every sequence empty on one side: the tensors keep a row the lengths do not cover, refused. */
 static void test_all_empty(void **s)
 {
@@ -285,6 +307,7 @@ int main(void)
         cmocka_unit_test(test_all_empty),
         cmocka_unit_test(test_16bit),
         cmocka_unit_test(test_16bit_bad_input),
+        cmocka_unit_test(test_sequence_error),
     };
     return cmocka_run_group_tests(tests, h_setup, h_teardown);
 }

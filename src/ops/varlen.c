@@ -181,6 +181,10 @@ static clattn_status seq_unfused(clattn_context *ctx, const varlen_plan *p, int 
     size_t nqh = Hq * nq, nkh = Hkv * nk;
     size_t oq = 0, ok = oq + nqh * p->d, ov = ok + nkh * p->d, oo = ov + nkh * p->dv;
     size_t ol = oo + nqh * p->dv, total = ol + (p->lse ? nqh : 0);
+    /* the transposes and views below take element offsets into the scratch as int */
+    CHECK(ctx, total <= (size_t)INT32_MAX, CLATTN_ERROR_UNSUPPORTED,
+          "the unfused path's %zu float32 elements of scratch (head sizes %d, %d) exceed "
+          "32-bit indexing", total, p->d, p->dv);
     CHECK_ST(clattn__scratch(ctx, CLATTN_SCRATCH_MODULE, total * 4, &buf));
     const clattn_dtype f32 = CLATTN_FLOAT32; /* the scratch: 16-bit operands converted */
     CHECK_ST(clattn__enqueue_heads_typed(ctx, Q->dtype, Q->buf, Q->offset + q0 * Hq * p->d, f32,
@@ -234,6 +238,9 @@ static clattn_status run_seq(clattn_context *ctx, const varlen_plan *p, int b,
     else
         CHECK_ST(seq_unfused(ctx, p, b, nq, nk, Q, K, V, out, &m, p->drop ? &drop : NULL));
 fail:
+    if (st != CLATTN_SUCCESS) /* the shared checks below do not know the sequence */
+        clattn__prefix_error(ctx, "varlen_attention: sequence %d (%d queries, %d keys): ", b, nq,
+                             nk);
     clattn__mask_release(&m);
     return st;
 }

@@ -103,6 +103,12 @@ clattn_status clattn__fail(clattn_context *ctx, clattn_status s, const char *fmt
     __attribute__((format(printf, 3, 4)))
 #endif
     ;
+/* Puts the formatted text before the last error (the context of a failure deeper down). */
+void clattn__prefix_error(clattn_context *ctx, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
 clattn_status clattn__cl_fail(clattn_context *ctx, cl_int err, const char *what);
 const char *clattn__cl_error_name(cl_int err);
 void clattn__clear_error(clattn_context *ctx);

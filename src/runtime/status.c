@@ -51,6 +51,21 @@ clattn_status clattn__fail(clattn_context *ctx, clattn_status s, const char *fmt
     return s;
 }
 
+void clattn__prefix_error(clattn_context *ctx, const char *fmt, ...)
+{
+    char *buf = ctx ? ctx->err : thread_err, pre[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(pre, sizeof pre, fmt, ap);
+    va_end(ap);
+    size_t n = strlen(pre), m = strlen(buf);
+    if (n + m >= CLATTN_ERR_SIZE) /* the message's end gives way */
+        m = CLATTN_ERR_SIZE - 1 - n;
+    memmove(buf + n, buf, m);
+    memcpy(buf, pre, n);
+    buf[n + m] = '\0';
+}
+
 const char *clattn__cl_error_name(cl_int err)
 {
     switch (err) {
