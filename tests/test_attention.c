@@ -949,6 +949,33 @@ static void test_huge_keys(void **s)
     clattn_context_destroy(&ctx);
 }
 
+/* The tiles the table takes at head size 256 on PoCL's AVX-512 Xeons (QR=10 rows of 32-key
+ * blocks, 16 groups per item), forced here on any CPU: rows not a multiple of 10 or of an item's
+ * 160, keys a block +- 1, head sizes 129-256, every mask kind, dropout, NaN values, grouped
+ * heads, large logits. */
+static void test_wide_head_tiles(void **s)
+{
+    (void)s;
+    if (strstr(clattn_context_description(h_ctx), "llvmpipe")) { /* CPU shapes refused there */
+        print_message("skipped on llvmpipe: the CPU-shaped kernel's tiles\n");
+        return;
+    }
+    static const int l3[] = {0, 31, 7};
+    clattn_context *saved = h_ctx; /* run() takes h_ctx (on a failure the later tests fail too) */
+    h_ctx = h_ctx_tuned("attention=cpu:QR=10:KB=32:VC=32:QG=16:WG=2");
+    CASES({1, {2}, 161, 33, 256, 256, .no_weights = 1}, {1, {3}, 9, 31, 200, 129},
+          {1, {3}, 21, 65, 256, 256, {H_LENS_1D, 0, l3}, .no_weights = 1},
+          {1, {2}, 70, 64, 256, 240, {.causal = 1}, .no_weights = 1},
+          {1, {2}, 45, 100, 160, 256, {.window = 1, .window_left = 20, .window_right = 3,
+                                       .align = 1}, .no_weights = 1, .nan_v = 50},
+          {2, {2, 4}, 11, 40, 256, 256, {.causal = 1, .align = 1}, .hkv = 2, .p = 0.3f,
+           .seed = 9, .no_weights = 1},
+          {1, {2}, 12, 47, 256, 256, {.mask_rank = 2, .mask_dims = {12, 47}}, .qscale = 30,
+           .no_weights = 1});
+    clattn_context_destroy(&h_ctx);
+    h_ctx = saved;
+}
+
 /* Q rows near INT32_MAX (d 1, float16: 4 GiB, never touched): the fused kernels number rows in
  * int, their padding rows too, so both shapes refuse where those would pass INT32_MAX (the CPU
  * shape's 10-row items in groups of 8, a GPU group of 96 rows), nothing enqueued. */
@@ -1043,6 +1070,7 @@ int main(void)
         cmocka_unit_test(test_many_head_sizes), cmocka_unit_test(test_long_keys),
         cmocka_unit_test(test_split_launches),  cmocka_unit_test(test_grouped_query),
         cmocka_unit_test(test_windows), cmocka_unit_test(test_group_order),
+        cmocka_unit_test(test_wide_head_tiles),
         cmocka_unit_test(test_huge_keys),       cmocka_unit_test(test_huge_rows),
         cmocka_unit_test(test_huge_key_launches),
     };

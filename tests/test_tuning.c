@@ -281,12 +281,18 @@ static void expect_fake(clattn_status want, const char *needle)
                  fake.local_mem, st, want, needle ? needle : "", fake.err);
 }
 
-static int tuned(const char *op, const char *name)
+static int tuned_bucket(const char *op, const char *bucket, const char *name)
 {
     clattn_tuning t;
-    if (clattn__tune(&fake, op, &t) != CLATTN_SUCCESS)
-        fail_msg("%s on a device of max_wg %zu: %s", op, fake.max_wg, fake.err);
+    if (clattn__tune_bucket(&fake, op, bucket, &t) != CLATTN_SUCCESS)
+        fail_msg("%s (%s) on a device of max_wg %zu: %s", op, bucket ? bucket : "no bucket",
+                 fake.max_wg, fake.err);
     return clattn__tune_int(&t, name, -1);
+}
+
+static int tuned(const char *op, const char *name)
+{
+    return tuned_bucket(op, NULL, name);
 }
 
 static void test_device_limits(void **s)
@@ -371,6 +377,23 @@ static void test_device_limits(void **s)
     assert_int_equal(tuned("attention", "KB"), 64);
     assert_int_equal(tuned("backward", "KB"), 64);
     assert_int_equal(tuned("backward", "VC"), 64);
+    /* PoCL on AVX-512 Xeons: 8 row groups per item, and at head size 256 only 32-key blocks of
+     * 10 rows, 16 groups per item, 2 items per group (its private state within the stack) */
+    snprintf(fake.vendor, sizeof fake.vendor, "GenuineIntel");
+    snprintf(fake.name, sizeof fake.name, "pthread-sapphirerapids-Intel(R) Xeon(R) Platinum");
+    static const char *const heads[] = {NULL, "d64", "d128", "d256"};
+    for (size_t h = 0; h < sizeof heads / sizeof heads[0]; h++) {
+        int d256 = h == 3;
+        assert_int_equal(tuned_bucket("attention", heads[h], "QG"), d256 ? 16 : 8);
+        assert_int_equal(tuned_bucket("attention", heads[h], "QR"), d256 ? 10 : 5);
+        assert_int_equal(tuned_bucket("attention", heads[h], "KB"), d256 ? 32 : 64);
+        assert_int_equal(tuned_bucket("attention", heads[h], "VC"), d256 ? 32 : 64);
+        assert_int_equal(tuned_bucket("attention", heads[h], "WG"), d256 ? 2 : 8);
+    }
+    snprintf(fake.vendor, sizeof fake.vendor, "AuthenticAMD"); /* not measured there */
+    assert_int_equal(tuned_bucket("attention", "d256", "QG"), 2);
+    assert_int_equal(tuned_bucket("attention", "d256", "KB"), 64);
+    fake.vendor[0] = '\0';
     fake.native_float = 8;
     snprintf(fake.name, sizeof fake.name, "pthread-skylake-avx512");
     assert_int_equal(tuned("matmul", "TN"), 16);

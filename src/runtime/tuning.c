@@ -382,6 +382,7 @@ typedef struct {
     cl_uint min_vec;     /* CL_DEVICE_NATIVE_VECTOR_WIDTH_FLOAT at least this, 0 = any */
     const char *op, *variant, *params;
     int (*when)(const clattn_context *); /* NULL, or a further condition on the device */
+    const char *bucket; /* NULL = any, else the shape bucket it is for ("d256") */
 } rule;
 
 /* CPUs with AVX-512 (native float vectors of 16, as PoCL and Intel's CPU runtime report them
@@ -406,6 +407,12 @@ typedef struct {
  * 256 at N 1024-4096 1.08-1.62x, N 64-2048 at d 64 within the noise (two alternating rounds,
  * BENCHMARKS.md). Not measured on the AMD EPYC kind, which keeps QG=2. */
 #define XEON_ATTENTION "QG=8"
+/* Head size 256 there: a 64-key block's K panel and V rows (64 KiB each) outgrow L1, so 32-key
+ * blocks of 10 rows (20 accumulators, P V 32 columns at a time) and 16 row groups per work-item,
+ * two items per group (their private state within the stack's limit). At H16 d256 (BENCHMARKS.md,
+ * Intel Xeon, 2026-12-05): N 2048 198-200 ms against 247-252 ms plain, 113 against 129 ms causal,
+ * N 1024 and 4096 1.08-1.11x; at head sizes 64 and 128 the same tiles were no faster. */
+#define XEON_ATTENTION_D256 "QR=10:KB=32:VC=32:QG=16:WG=2"
 
 /* Mesa's llvmpipe (rusticl) compiles work-groups SIMD across work-items, as a GPU does, and ends
  * a work-item's loops after 65535 iterations in all (see loop_limited): the GPU shapes. */
@@ -449,36 +456,38 @@ static int pocl_f16c(const clattn_context *ctx)
 
 /* First matching rule wins; the last rules are the catch-alls per op. */
 static const rule rules[] = {
-    {0, NULL, LLVMPIPE, 0, "matmul", "gpu", "", NULL},
-    {0, NULL, LLVMPIPE, 0, "softmax", "gpu", "", NULL},
-    {0, NULL, LLVMPIPE, 0, "attention", "gpu", "", NULL},
-    {0, NULL, LLVMPIPE, 0, "decode", "gpu", "", NULL},
-    {0, NULL, LLVMPIPE, 0, "backward", "unfused", "", NULL},
-    {CL_DEVICE_TYPE_CPU, NULL, NULL, 16, "matmul", "cpu", AVX512_MATMUL, NULL},
-    {CL_DEVICE_TYPE_CPU, NULL, NULL, 0, "matmul", "cpu", "", NULL},
+    {0, NULL, LLVMPIPE, 0, "matmul", "gpu", "", NULL, NULL},
+    {0, NULL, LLVMPIPE, 0, "softmax", "gpu", "", NULL, NULL},
+    {0, NULL, LLVMPIPE, 0, "attention", "gpu", "", NULL, NULL},
+    {0, NULL, LLVMPIPE, 0, "decode", "gpu", "", NULL, NULL},
+    {0, NULL, LLVMPIPE, 0, "backward", "unfused", "", NULL, NULL},
+    {CL_DEVICE_TYPE_CPU, NULL, NULL, 16, "matmul", "cpu", AVX512_MATMUL, NULL, NULL},
+    {CL_DEVICE_TYPE_CPU, NULL, NULL, 0, "matmul", "cpu", "", NULL, NULL},
     /* float16 vectors where they are one register: the same kernel 1.2-1.3x faster than with
      * float8 ones for 16-bit scores, 1.1x for float32 (AVX-512 EPYC, 4096 x 1024; BENCHMARKS.md) */
-    {CL_DEVICE_TYPE_CPU, NULL, NULL, 16, "softmax", "cpu", "VW=16", NULL},
-    {CL_DEVICE_TYPE_CPU, NULL, NULL, 0, "softmax", "cpu", "", NULL},
-    {0, NULL, NULL, 0, "matmul", "gpu", "", NULL},
-    {0, NULL, NULL, 0, "softmax", "gpu", "", NULL},
-    {CL_DEVICE_TYPE_CPU, "GenuineIntel", NULL, 16, "attention", "cpu", XEON_ATTENTION, NULL},
-    {CL_DEVICE_TYPE_CPU, NULL, NULL, 16, "attention", "cpu", "", NULL},
-    {CL_DEVICE_TYPE_CPU, NULL, NULL, 0, "attention", "cpu", AVX2_ATTENTION, NULL},
-    {0, NULL, NULL, 0, "attention", "gpu", "", NULL},
-    {CL_DEVICE_TYPE_CPU, NULL, NULL, 0, "decode", "cpu", "", NULL},
-    {0, NULL, NULL, 0, "decode", "gpu", "", NULL},
-    {CL_DEVICE_TYPE_CPU, NULL, NULL, 16, "backward", "cpu", "", NULL},
-    {CL_DEVICE_TYPE_CPU, NULL, NULL, 0, "backward", "cpu", AVX2_BACKWARD, NULL},
-    {0, NULL, NULL, 0, "backward", "unfused", "", NULL},
+    {CL_DEVICE_TYPE_CPU, NULL, NULL, 16, "softmax", "cpu", "VW=16", NULL, NULL},
+    {CL_DEVICE_TYPE_CPU, NULL, NULL, 0, "softmax", "cpu", "", NULL, NULL},
+    {0, NULL, NULL, 0, "matmul", "gpu", "", NULL, NULL},
+    {0, NULL, NULL, 0, "softmax", "gpu", "", NULL, NULL},
+    {CL_DEVICE_TYPE_CPU, "GenuineIntel", NULL, 16, "attention", "cpu", XEON_ATTENTION_D256, NULL,
+     "d256"},
+    {CL_DEVICE_TYPE_CPU, "GenuineIntel", NULL, 16, "attention", "cpu", XEON_ATTENTION, NULL, NULL},
+    {CL_DEVICE_TYPE_CPU, NULL, NULL, 16, "attention", "cpu", "", NULL, NULL},
+    {CL_DEVICE_TYPE_CPU, NULL, NULL, 0, "attention", "cpu", AVX2_ATTENTION, NULL, NULL},
+    {0, NULL, NULL, 0, "attention", "gpu", "", NULL, NULL},
+    {CL_DEVICE_TYPE_CPU, NULL, NULL, 0, "decode", "cpu", "", NULL, NULL},
+    {0, NULL, NULL, 0, "decode", "gpu", "", NULL, NULL},
+    {CL_DEVICE_TYPE_CPU, NULL, NULL, 16, "backward", "cpu", "", NULL, NULL},
+    {CL_DEVICE_TYPE_CPU, NULL, NULL, 0, "backward", "cpu", AVX2_BACKWARD, NULL, NULL},
+    {0, NULL, NULL, 0, "backward", "unfused", "", NULL, NULL},
     /* cl_khr_fp16's conversions by default only where they were checked bit for bit (Intel's CPU
      * runtime; PoCL's vendor there is "GenuineIntel"): other drivers list the extension with
      * partial builtins (Mesa's libclc, PoCL 4's CPU device), so they opt in with half=fp16 */
-    {CL_DEVICE_TYPE_CPU, "Intel(R) Corporation", NULL, 0, "half", "fp16", "", has_fp16},
+    {CL_DEVICE_TYPE_CPU, "Intel(R) Corporation", NULL, 0, "half", "fp16", "", has_fp16, NULL},
     /* PoCL on x86 with F16C: one instruction per 8 or 16 conversions, where the integer path
      * takes about 20 (BENCHMARKS.md) */
-    {CL_DEVICE_TYPE_CPU, NULL, NULL, 0, "half", "clang", "", pocl_f16c},
-    {0, NULL, NULL, 0, "half", "bits", "", NULL},
+    {CL_DEVICE_TYPE_CPU, NULL, NULL, 0, "half", "clang", "", pocl_f16c, NULL},
+    {0, NULL, NULL, 0, "half", "bits", "", NULL, NULL},
 };
 
 static const variant_def *find_variant(const char *op, const char *variant, size_t vlen)
@@ -638,14 +647,15 @@ static const char *find_override(const char *list, const char *op, size_t *len)
 }
 
 /* The table's choice of variant and parameters for op on this device, fitted to its limits. */
-static clattn_status table_choice(clattn_context *ctx, const char *op, clattn_tuning *t,
-                                  const variant_def **d)
+static clattn_status table_choice(clattn_context *ctx, const char *op, const char *bucket,
+                                  clattn_tuning *t, const variant_def **d)
 {
     clattn_status st = CLATTN_SUCCESS;
     size_t i = 0, n = sizeof rules / sizeof rules[0];
     for (; i < n; i++) {
         const rule *r = &rules[i];
         if (strcmp(r->op, op) == 0 && (!r->type || (r->type & ctx->type)) &&
+            (!r->bucket || (bucket && strcmp(r->bucket, bucket) == 0)) &&
             (!r->vendor || ci_contains(ctx->vendor, r->vendor)) &&
             (!r->name || ci_contains(ctx->name, r->name)) && ctx->native_float >= r->min_vec &&
             (!r->when || r->when(ctx)))
@@ -742,7 +752,7 @@ clattn_status clattn__tune_bucket(clattn_context *ctx, const char *op, const cha
         if (colon)
             CHECK_ST(apply_params(ctx, t, d, colon + 1, len - vlen - 1, &seen));
     } else {
-        CHECK_ST(table_choice(ctx, op, t, &d));
+        CHECK_ST(table_choice(ctx, op, bucket, t, &d));
     }
     CHECK(ctx, !loop_limited(ctx) || strcmp(d->variant, "cpu") != 0,
           o ? CLATTN_ERROR_INVALID_ARGUMENT : CLATTN_ERROR_UNSUPPORTED,
