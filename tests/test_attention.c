@@ -978,7 +978,8 @@ static void test_wide_head_tiles(void **s)
 
 /* Q rows near INT32_MAX (d 1, float16: 4 GiB, never touched): the fused kernels number rows in
  * int, their padding rows too, so both shapes refuse where those would pass INT32_MAX (the CPU
- * shape's 10-row items in groups of 8, a GPU group of 96 rows), nothing enqueued. */
+ * shape's 10-row items in groups of 8, a GPU group of 96 rows), nothing enqueued; and the CPU
+ * shape takes the same Q where its last row number is exactly INT32_MAX (items of 32 rows). */
 static void test_huge_rows(void **s)
 {
     (void)s;
@@ -1012,6 +1013,33 @@ static void test_huge_rows(void **s)
             clattn_tensor_release(ts[j]);
         clattn_context_destroy(&ctx);
     }
+    /* accepted at the bound: one key, value 3, so every output row is 3 (its first and last 16
+     * rows read back). Q float32 here (8 GiB): a 16-bit one is packed as float32 with K and V,
+     * past 32-bit indexing; out float16 (4 GiB). */
+    clattn_context *ctx = h_ctx_tuned("attention=cpu:QR=4:QG=8:WG=8");
+    float one = 1.0f, three = 3.0f;
+    clattn_tensor tk = h_tensor(CLATTN_FLOAT32, 2, H_DIMS(1, 1), &one);
+    clattn_tensor tv = h_tensor(CLATTN_FLOAT32, 2, H_DIMS(1, 1), &three);
+    clattn_tensor tq, to;
+    assert_int_equal(clattn_tensor_create(ctx, CLATTN_FLOAT32, 2, qd, NULL, &tq), CLATTN_SUCCESS);
+    assert_int_equal(clattn_tensor_create(ctx, CLATTN_FLOAT16, 2, qd, NULL, &to), CLATTN_SUCCESS);
+    assert_int_equal(clattn_tensor_fill(ctx, &tq, 1.0f), CLATTN_SUCCESS);
+    assert_int_equal(clattn_tensor_fill(ctx, &to, NAN), CLATTN_SUCCESS);
+    if (clattn_dot_product_attention(ctx, &tq, &tk, &tv, NULL, &to, NULL) != CLATTN_SUCCESS)
+        fail_msg("the largest Q: %s", clattn_last_error(ctx));
+    size_t ends[2] = {0, (size_t)INT32_MAX - 16}, n16 = 16;
+    for (int e = 0; e < 2; e++) {
+        unsigned short got[16];
+        clattn_tensor part = clattn_view(to.buf, CLATTN_FLOAT16, ends[e], 1, &n16);
+        assert_int_equal(clattn_tensor_read_blocking(ctx, &part, got), CLATTN_SUCCESS);
+        for (int i = 0; i < 16; i++)
+            if (got[i] != clattn_float_to_half(3.0f))
+                fail_msg("row %zu: 0x%04x, expected 3", ends[e] + i, got[i]);
+    }
+    clattn_tensor *ts[] = {&tq, &to, &tk, &tv};
+    for (size_t j = 0; j < sizeof ts / sizeof ts[0]; j++)
+        clattn_tensor_release(ts[j]);
+    clattn_context_destroy(&ctx);
 }
 
 /* The most keys attention=gpu takes, split over launches by a loop budget whose span does not

@@ -193,8 +193,9 @@ static clattn_status enqueue_cpu(clattn_context *ctx, const clattn_tuning *tune,
     size_t nitem = clattn__div_up((size_t)a->nq, (size_t)QR * (size_t)QG);
     size_t lws[2] = {nitem < (size_t)WG ? nitem : (size_t)WG, 1};
     size_t gws[2] = {clattn__round_up(nitem, lws[0]), (size_t)nb};
-    /* flash_cpu numbers its items' rows in int, those of the padding items too */
-    CHECK(ctx, gws[0] * QG * QR <= (size_t)INT32_MAX, CLATTN_ERROR_UNSUPPORTED,
+    /* flash_cpu numbers its items' rows in int: a padding item's first, a live item's last */
+    CHECK(ctx, (gws[0] - 1) * QG * QR <= (size_t)INT32_MAX &&
+                   nitem * QG * QR <= (size_t)INT32_MAX + 1, CLATTN_ERROR_UNSUPPORTED,
           "attention: Q's %d rows, padded to work-groups of %zu items of %d x %d rows, pass "
           "32-bit row indexing", a->nq, lws[0], QG, QR);
     /* Packed K panels and zero-padded V rows: extra memory O(nb * K * (d + dv)), not O(Q * K).
@@ -341,7 +342,7 @@ static clattn_status enqueue_gpu(clattn_context *ctx, const clattn_tuning *tune,
         clattn__tune_set(&t, "BQ", BQ = kernel_wg > 1 ? (int)kernel_wg : 1);
     }
     /* flash_gpu numbers its rows in int, those of the last group's padding too */
-    CHECK(ctx, clattn__round_up((size_t)a->nq, (size_t)BQ) <= (size_t)INT32_MAX,
+    CHECK(ctx, clattn__round_up((size_t)a->nq, (size_t)BQ) <= (size_t)INT32_MAX + 1,
           CLATTN_ERROR_UNSUPPORTED, "attention=gpu: Q's %d rows in groups of BQ=%d pass 32-bit "
           "row indexing", a->nq, BQ);
     CHECK_ST(gpu_span(ctx, budget, BQ, BK, dp, dvp, a, &span));

@@ -247,7 +247,8 @@ static clattn_status enqueue_tiled(clattn_context *ctx, const clattn_tuning *tun
     /* C = alpha op(A) op(B) + beta C (+ bias) over k-slices. With beta = 0 the slices pass their
      * raw sums on through C and the last one applies alpha and the bias: bit for bit one launch.
      * Otherwise the first applies beta and the bias and the others add alpha times theirs. */
-    for (int k0 = 0; k0 < K; k0 += kc) {
+    for (long k_at = 0; k_at < K; k_at += kc) { /* long: k0 + kc can pass INT32_MAX */
+        int k0 = (int)k_at;
         int kn = K - k0 < kc ? K - k0 : kc, first = k0 == 0, last = k0 + kn == K;
         int ao = a_off + k0 * a.s_col, bo = b_off + k0 * b.s_row, raw = beta == 0.0f;
         int slice = raw ? (first ? 0 : SLICE_RESUME) | (last ? 0 : SLICE_RAW) : 0;
@@ -467,8 +468,9 @@ clattn_status clattn__enqueue_column_sums(clattn_context *ctx, const clattn_tens
     CHECK_ST(clattn__loop_units(ctx, clattn__loop_budget(ctx, &t), 32, 15, (size_t)rows, &chunk,
                                 "linear_backward: the bias gradient's sum over rows"));
     CHECK_ST(clattn__get_kernel(ctx, "matmul.cl", "", "column_sums", &k));
-    for (int r0 = 0; r0 < rows; r0 += (int)chunk) {
-        int r1 = rows - r0 < (int)chunk ? rows : r0 + (int)chunk, acc = r0 > 0;
+    for (long r_at = 0; r_at < rows; r_at += (long)chunk) { /* long: see matmul's k-slices */
+        int r0 = (int)r_at;
+        int r1 = (size_t)(rows - r0) < chunk ? rows : r0 + (int)chunk, acc = r0 > 0;
         CHECK_ST(clattn__set_args(ctx, k, "column_sums", ARG(x2->buf), ARG(x_off), ARG(cols),
                                   ARG(r0), ARG(r1), ARG(db->buf), ARG(y_off), ARG(acc),
                                   ARGS_END));
