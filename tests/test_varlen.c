@@ -290,6 +290,29 @@ static void test_sequence_error(void **s)
     clattn_tensor_release(&to);
 }
 
+/* The unfused chain's scratch for one sequence (its Q and out converted to float32, K, V) past
+ * 32-bit indexing while each tensor fits: refused, naming the sequence, nothing written. Q and
+ * out float16 of 2.4 GiB each, never touched (suite huge). */
+static void test_huge_scratch(void **s)
+{
+    (void)s;
+    if (!h_huge())
+        skip();
+    int cq[2] = {0, 5000000}, ck[2] = {0, 1};
+    size_t qd[3] = {5000000, 1, 257};
+    clattn_tensor tq, to;
+    assert_int_equal(clattn_tensor_create(h_ctx, F16, 3, qd, NULL, &tq), CLATTN_SUCCESS);
+    assert_int_equal(clattn_tensor_create(h_ctx, F16, 3, qd, NULL, &to), CLATTN_SUCCESS);
+    clattn_tensor tk = h_tensor(CLATTN_FLOAT32, 3, H_DIMS(1, 1, 257), NULL);
+    clattn_varlen seqs = {1, cq, ck};
+    h_assert_error(clattn_varlen_attention(h_ctx, &tq, &tk, &tk, &seqs, NULL, &to),
+                   CLATTN_ERROR_UNSUPPORTED,
+                   "varlen_attention: sequence 0 (5000000 queries, 1 keys): the unfused path's "
+                   "2570000514 float32 elements of scratch (head sizes 257, 257) exceed 32-bit "
+                   "indexing");
+    clattn_tensor_release(&tq); clattn_tensor_release(&tk); clattn_tensor_release(&to);
+}
+
 /* Every sequence empty on one side: the tensors keep a row the lengths do not cover, refused. */
 static void test_all_empty(void **s)
 {
@@ -308,6 +331,7 @@ int main(void)
         cmocka_unit_test(test_16bit),
         cmocka_unit_test(test_16bit_bad_input),
         cmocka_unit_test(test_sequence_error),
+        cmocka_unit_test(test_huge_scratch),
     };
     return cmocka_run_group_tests(tests, h_setup, h_teardown);
 }
