@@ -186,10 +186,18 @@ static clattn_status enqueue_cpu(clattn_context *ctx, const clattn_tuning *tune,
     CHECK(ctx, QR >= 1 && QR <= 16 && WG >= 1 && QG >= 1, CLATTN_ERROR_INVALID_ARGUMENT,
           "tuning: attention=cpu needs 1 <= QR <= 16, WG >= 1 and QG >= 1 (QR=%d, WG=%d, QG=%d)",
           QR, WG, QG);
+    const clattn_flash_operand *ops[4] = {Q, K, V, out};
+    flash_defines(defines, sizeof defines, tune, ops, 1, 0, dvp);
+    CHECK_ST(clattn__get_kernel(ctx, "flash.cl", defines, "flash_cpu", &kf));
     /* WG items (QG x QR rows each) of one batch per work-group: PoCL runs them one after another
      * on one core, so the batch's K and V panels stay in its L2. An explicit local size also keeps
      * PoCL from choosing thousands of work-items per group, whose private arrays overflow its
-     * thread stack. */
+     * thread stack. The compiled kernel may take fewer (Intel's CPU runtime: 1 with head size
+     * 256's tiles of 16 row groups): then fewer, as WG only groups the items. */
+    size_t kernel_wg = 0;
+    CHECK_ST(clattn__kernel_group_size(ctx, kf, "flash_cpu", &kernel_wg));
+    if (kernel_wg >= 1 && (size_t)WG > kernel_wg)
+        WG = (int)kernel_wg;
     size_t nitem = clattn__div_up((size_t)a->nq, (size_t)QR * (size_t)QG);
     size_t lws[2] = {nitem < (size_t)WG ? nitem : (size_t)WG, 1};
     size_t gws[2] = {clattn__round_up(nitem, lws[0]), (size_t)nb};
@@ -214,8 +222,6 @@ static clattn_status enqueue_cpu(clattn_context *ctx, const clattn_tuning *tune,
           "rows to %d columns) exceed 32-bit indexing; the unfused path (weights requested, or "
           "CLATTN_TUNE=attention=unfused) packs none", total, KB, dvp);
     CHECK_ST(clattn__scratch(ctx, CLATTN_SCRATCH_ATTN, total * 4, &buf));
-    const clattn_flash_operand *ops[4] = {Q, K, V, out};
-    flash_defines(defines, sizeof defines, tune, ops, 1, 0, dvp);
     clattn_flash_operand qrows = *Q;
     if (nqp) {
         int qp_off = (int)(nkt + nvp + nvt + nvh);
@@ -229,7 +235,6 @@ static clattn_status enqueue_cpu(clattn_context *ctx, const clattn_tuning *tune,
     }
     CHECK_ST(clattn__get_kernel(ctx, "flash.cl", defines, "flash_pack_k", &kk));
     CHECK_ST(clattn__get_kernel(ctx, "flash.cl", defines, "flash_pack_v", &kv));
-    CHECK_ST(clattn__get_kernel(ctx, "flash.cl", defines, "flash_cpu", &kf));
     size_t pg[2] = {(size_t)nblk * KB, nbkv};
     CHECK_ST(clattn__set_args(ctx, kk, "flash_pack_k", ARG(K->buf), ARG(K->l), ARG(a->D1kv),
                               ARG(a->nk), ARG(a->d), ARG(nblk), ARG(buf), ARGS_END));
