@@ -31,8 +31,8 @@
  *   the sliding window of every row of a group are taken last, and skipped the same way. Outputs
  *   stay those of IEEE arithmetic, weights @ V, as in PyTorch: the skipped keys' zero weights
  *   times their value rows are added as one precomputed vector per block suffix (vt, see
- *   flash_vtail) or prefix (vh, flash_vhead), 0 for finite values and NaN where a column holds a
- *   NaN or an infinity.
+ *   flash_vscan) or prefix (vh), 0 for finite values and NaN where a column holds a NaN or an
+ *   infinity.
  * - NaN scores (NaN in Q or in an open key's K) make their row NaN, as in PyTorch.
  * Dropout element (bb, q, k) uses stream index (bb * nq + q) * nk + k, as the unfused weights.
  *
@@ -52,8 +52,8 @@
  *   below.
  * - GPU shape (flash_gpu): a work-group of BQ items owns BQ query rows; K and V tiles of BK keys are
  *   staged in local memory by the whole group (coalesced), each item keeps its row of q and of the
- *   output in private memory. vt: flash_vtail's sums with BKS = BK, or NULL when no row can skip
- *   keys. */
+ *   output in private memory. vt: flash_vscan's suffix sums with BKS = BK, or NULL when no row
+ *   can skip keys. */
 #include "common.cl"
 #include "dtype.cl"
 
@@ -136,15 +136,60 @@ static inline size_t flash_at(int4 l, int D1, int bb, int row)
            (size_t)row * (size_t)l.w;
 }
 
-/* kt[bb][blk][e][w] = K[bb][blk * KB + w][e], zero for keys >= nk. One work-item per key. */
+/* The 16 x 16 tile t transposed in place: four rounds of interleaving t[i] with t[i + 8] (each
+ * round rotates the tile's 8-bit element index by one bit; four take row and column bits across). */
+static inline void transpose16(float16 *t)
+{
+    const uint16 lo = (uint16)(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+    const uint16 hi = lo + (uint16)(8);
+    #pragma unroll
+    for (int round = 0; round < 4; round++) {
+        float16 u[16];
+        #pragma unroll
+        for (int i = 0; i < 8; i++) {
+            u[2 * i] = shuffle2(t[i], t[i + 8], lo);
+            u[2 * i + 1] = shuffle2(t[i], t[i + 8], hi);
+        }
+        #pragma unroll
+        for (int i = 0; i < 16; i++)
+            t[i] = u[i];
+    }
+}
+
+/* kt[bb][blk][e][w] = K[bb][blk * KB + w][e], zero for keys >= nk. One work-item per 16 keys
+ * (KB is a multiple of 16), 16 x 16 tiles transposed in registers, so that both the reads and
+ * the writes are whole vectors: one item per key, reading and writing scalars with the writes
+ * KB floats apart, took 2.4 ms of a 35 ms window call (K 8 x 8192 x 64), the tiles 0.4 ms. */
 __kernel void flash_pack_k(__global const KTYPE *K, int4 kl, int D1, int nk, int d, int nblk,
                            __global float *kt)
 {
-    int k = get_global_id(0), bb = get_global_id(1);
-    __global float *dst = kt + ((size_t)(bb * nblk + k / KB) * d) * KB + k % KB;
-    __global const KTYPE *src = K + flash_at(kl, D1, bb, min(k, nk - 1));
-    for (int e = 0; e < d; e++)
-        dst[e * KB] = k < nk ? CLATTN_LOAD(KT, src + e) : 0.0f;
+    int k0 = 16 * get_global_id(0), bb = get_global_id(1);
+    __global float *dst = kt + ((size_t)(bb * nblk + k0 / KB) * d) * KB + k0 % KB;
+    __global const KTYPE *src = K + flash_at(kl, D1, bb, k0);
+    int nr = min(16, nk - k0); /* the keys that exist: at least one (k0 < nblk * KB, nk) */
+    int e = 0;
+    for (; e + 16 <= d; e += 16) {
+        float16 t[16];
+        #pragma unroll
+        for (int i = 0; i < 16; i++) /* rows past nk read the last one, then are zeroed */
+            t[i] = CLATTN_LOAD16(KT, src + (size_t)min(i, nr - 1) * kl.w + e);
+        if (nr < 16) {
+            #pragma unroll
+            for (int i = 0; i < 16; i++)
+                t[i] = i < nr ? t[i] : (float16)(0.0f);
+        }
+        transpose16(t);
+        /* 64-byte aligned: whole blocks of KB floats from the buffer's start, k0 % 16 = 0 */
+        #pragma unroll
+        for (int i = 0; i < 16; i++)
+            *(__global float16 *)(dst + (size_t)(e + i) * KB) = t[i];
+    }
+    for (; e < d; e++) {
+        float t[16];
+        for (int i = 0; i < 16; i++)
+            t[i] = i < nr ? CLATTN_LOAD(KT, src + (size_t)i * kl.w + e) : 0.0f;
+        vstore16(vload16(0, t), 0, dst + (size_t)e * KB);
+    }
 }
 
 /* vp[bb][k][c] = V[bb][k][c] for k < nk and c < dv, else 0. One work-item per key. */
@@ -190,47 +235,57 @@ static inline float16 flag_sum16(int16 nonfinite)
     return select((float16)(0.0f), as_float16((int16)(0x7fc00000)), nonfinite);
 }
 
-/* vt[bb][blk][c] = sum over keys k >= blk * BKS of 0 * V[bb][k][c] (IEEE: 0 for finite values, NaN
- * once a column holds a NaN or an infinity), for c < DVP (0 past dv). A row that skips the keys
- * from blk * BKS on adds vt[bb][blk] to its outputs, as weights @ V would with their zero weights.
- * One work-item per 16 columns of one batch, walking keys [k_lo, k_hi) backwards (k_hi nk or a
- * multiple of BKS; the host runs the ranges from the last one down). */
-__kernel void flash_vtail(__global const VSTYPE *V, int4 vl, int D1, int nk, int dv, int BKS,
-                          int nblk, __global float *vt, int vt_off, int k_lo, int k_hi)
+/* True lanes of a stored flag vector (flag_sum16's: 0, or NaN). */
+static inline int16 flagged16(__global const float *p)
 {
-    int c0 = 16 * get_global_id(0), bb = get_global_id(1);
-    __global float *out = vt + vt_off + (size_t)bb * nblk * DVP + c0;
-    /* lanes -1 once their column held a NaN or an infinity, at keys from k_hi on: the launch for
-     * those keys (see flash.c) left its sums at block k_hi / BKS */
-    int16 nonfinite = (int16)(0);
-    if (k_hi < nk)
-        nonfinite = as_int16(vload16(0, out + (size_t)(k_hi / BKS) * DVP)) != (int16)(0);
-    for (int k = k_hi - 1; k >= k_lo; k--) {
-        nonfinite |= nonfinite16(V + flash_at(vl, D1, bb, k) + c0, c0, dv);
-        if (k % BKS == 0)
-            vstore16(flag_sum16(nonfinite), 0, out + (size_t)(k / BKS) * DVP);
-    }
+    return as_int16(vload16(0, p)) != (int16)(0);
 }
 
-/* vh[bb][blk][c] = sum over keys k < blk * BKS of 0 * V[bb][k][c], as flash_vtail, for rows that
- * skip the blocks below their window (vh[bb][0] is 0). Keys [k_lo, k_hi) forwards (k_lo a
- * multiple of BKS; the host runs the ranges from the first one up): each launch also leaves its
- * sums at block k_hi / BKS for the next. */
-__kernel void flash_vhead(__global const VSTYPE *V, int4 vl, int D1, int nk, int dv, int BKS,
-                          int nblk, __global float *vh, int vh_off, int k_lo, int k_hi)
+/* bf[bb][blk][c] = sum over keys k of block blk (BKS keys, fewer in the last) of 0 * V[bb][k][c]:
+ * 0 for finite values, NaN once the column holds a NaN or an infinity there; for c < DVP (0 past
+ * dv). One work-item per 16 columns of one block, all blocks at once (one item per 16 columns
+ * walking every key took 1.6 ms of a 35 ms window call, V 8 x 8192 x 64). flash_vscan turns the
+ * flags into the suffix and prefix sums the attention kernels add for the blocks they skip. */
+__kernel void flash_vflags(__global const VSTYPE *V, int4 vl, int D1, int nk, int dv, int BKS,
+                           int nblk, __global float *bf, int bf_off)
+{
+    int c0 = 16 * get_global_id(0), blk = get_global_id(1), bb = get_global_id(2);
+    int k_lo = blk * BKS, k_hi = nk - k_lo > BKS ? k_lo + BKS : nk; /* blk < nblk: k_lo < nk */
+    int16 nonfinite = (int16)(0);
+    for (int k = k_lo; k < k_hi; k++)
+        nonfinite |= nonfinite16(V + flash_at(vl, D1, bb, k) + c0, c0, dv);
+    vstore16(flag_sum16(nonfinite), 0, bf + bf_off + ((size_t)bb * nblk + blk) * DVP + c0);
+}
+
+/* From flash_vflags' block flags at bf_off: vh[blk] = the flags of blocks 0 .. blk (a prefix:
+ * a row that skips the blocks below `head` adds vh[head - 1]), and vt[blk] = those of blocks
+ * blk .. nblk - 1 (a suffix), each at its offset of buf, < 0: not wanted. Blocks [b_lo, b_hi);
+ * one work-item per 16 columns of a batch. vt (or vh when vt is not wanted) may lie on the
+ * flags themselves (vt_off or vh_off = bf_off): each block's flags are read before its sum is
+ * written, vh's pass before vt's. Under a loop budget the host runs ranges, vh's from the first
+ * up (each takes its carry from vh[b_lo - 1]), then vt's from the last down (from vt[b_hi]). */
+__kernel void flash_vscan(__global float *buf, int bf_off, int vt_off, int vh_off, int nblk,
+                          int b_lo, int b_hi)
 {
     int c0 = 16 * get_global_id(0), bb = get_global_id(1);
-    __global float *out = vh + vh_off + (size_t)bb * nblk * DVP + c0;
-    int16 nonfinite = (int16)(0);
-    if (k_lo > 0)
-        nonfinite = as_int16(vload16(0, out + (size_t)(k_lo / BKS) * DVP)) != (int16)(0);
-    for (int k = k_lo; k < k_hi; k++) {
-        if (k % BKS == 0)
-            vstore16(flag_sum16(nonfinite), 0, out + (size_t)(k / BKS) * DVP);
-        nonfinite |= nonfinite16(V + flash_at(vl, D1, bb, k) + c0, c0, dv);
+    size_t base = (size_t)bb * nblk * DVP + c0;
+    __global const float *bf = buf + bf_off + base;
+    if (vh_off >= 0) {
+        __global float *vh = buf + vh_off + base;
+        int16 carry = b_lo > 0 ? flagged16(vh + (size_t)(b_lo - 1) * DVP) : (int16)(0);
+        for (int b = b_lo; b < b_hi; b++) {
+            carry |= flagged16(bf + (size_t)b * DVP);
+            vstore16(flag_sum16(carry), 0, vh + (size_t)b * DVP);
+        }
     }
-    if (k_hi % BKS == 0 && k_hi / BKS < nblk)
-        vstore16(flag_sum16(nonfinite), 0, out + (size_t)(k_hi / BKS) * DVP);
+    if (vt_off >= 0) {
+        __global float *vt = buf + vt_off + base;
+        int16 carry = b_hi < nblk ? flagged16(vt + (size_t)b_hi * DVP) : (int16)(0);
+        for (int b = b_hi - 1; b >= b_lo; b--) {
+            carry |= flagged16(bf + (size_t)b * DVP);
+            vstore16(flag_sum16(carry), 0, vt + (size_t)b * DVP);
+        }
+    }
 }
 
 /* the QR running-max corrections exp(m_old - m_new) as one vector (lanes past QR stay 1) */
@@ -245,7 +300,7 @@ static inline float16 skipped16(__global const float *vt, __global const float *
     if (vt && tail >= 0)
         z += vload16(0, vt + (row + tail) * DVP + c0);
     if (vh && head > 0)
-        z += vload16(0, vh + (row + head) * DVP + c0);
+        z += vload16(0, vh + (row + head - 1) * DVP + c0);
     return z;
 }
 
@@ -499,9 +554,9 @@ TILE_INLINE void cpu_store(const cpu_group *g, int row0, int nq, int dv, __globa
 
 /* Q: float32 (flash_pack_q's copy of a 16-bit Q); kt: packed K; V rows (zero-padded to DVP
  * columns and to nblk * KB keys) with layout vl, packed by flash_pack_v or, when they need no
- * padding (and are float32), the caller's V itself; vt: flash_vtail's sums
+ * padding (and are float32), the caller's V itself; vt: flash_vscan's suffix sums
  * with BKS = KB, or NULL when no row can skip trailing keys (no lengths, causality or window
- * right side); vh: flash_vhead's, or NULL when no window has a left side; all per K/V batch.
+ * right side); vh: its prefix sums, or NULL when no window has a left side; all per K/V batch.
  * Each group takes key blocks from its own first block (the lowest of its rows' windows) on, then
  * the blocks below it (its lead blocks): those are blocked for every row of the group, and are
  * skipped outright (their zero-weight sums from vh) unless some row's maximum is still within
@@ -813,7 +868,7 @@ static inline void gpu_store(__global OTYPE *orow, const float4 *acc, float l,
  * takes no part, and a split computes bit for bit what one launch does (but for rows redone after
  * an overflow that have weights below 2^(J-126) of their largest: one launch scales those from
  * the first key, a split only from the launch that overflowed).
- * vt, vh: flash_vtail's and flash_vhead's sums (BKS = BK) or NULL, as for flash_cpu. The tiles
+ * vt, vh: flash_vscan's suffix and prefix sums (BKS = BK) or NULL, as for flash_cpu. The tiles
  * are taken from the group's first (the lowest of its rows' windows) on, then the tiles below it,
  * skipped outright unless some row is not yet negligible (see flash_cpu); a split divides that
  * sequence, [k_lo, k_hi) counting tiles from the group's first. The stop is the tile where the
@@ -929,6 +984,6 @@ void flash_gpu(__global const QTYPE *Q, int4 ql, __global const KTYPE *K, int4 k
     __global const float *z =
         vt && stop >= 0 && stop < nblk ? vt + vt_off + ((size_t)kb * nblk + stop) * DVP : 0;
     __global const float *zh =
-        vh && first > 0 && stop >= 0 ? vh + vh_off + ((size_t)kb * nblk + first) * DVP : 0;
+        vh && first > 0 && stop >= 0 ? vh + vh_off + ((size_t)kb * nblk + first - 1) * DVP : 0;
     gpu_store(orow, acc, l, z, zh, dv);
 }

@@ -864,6 +864,26 @@ static void test_split_launches(void **s)
     }
 }
 
+/* The zero-weight value sums under a loop budget: with 6250 key blocks (BK=8) the block flags'
+ * prefix and suffix sums take two launches each, and a NaN value that only the carry between
+ * them brings to a row's skipped blocks must still reach its outputs (against the reference):
+ * one at the last key, past the first rows' windows (top-left), one at the first, below the last
+ * rows' windows (bottom-right); and a finite V that the carries keep finite. */
+static void test_split_value_sums(void **s)
+{
+    (void)s;
+    clattn_context *suite = h_ctx;
+    h_ctx = h_ctx_tuned("attention=gpu:BQ=16:BK=8:LOOPS=24000");
+    CASES({0, {0}, 3, 50000, 8, 8, {.window = 1, .window_left = 4, .window_right = 4},
+           .nan_v = 50000},
+          {0, {0}, 3, 50000, 8, 8, {.window = 1, .window_left = 4, .window_right = 4,
+                                    .align = 1}, .nan_v = 1},
+          {1, {2}, 5, 50000, 8, 16, {.window = 1, .window_left = 9, .window_right = 2,
+                                     .align = 1}});
+    clattn_context_destroy(&h_ctx);
+    h_ctx = suite;
+}
+
 /* The CPU kernel's row groups each take key blocks from their own first (the lowest of their
  * rows' windows), the blocks below it last, whatever the other groups of their work-item need:
  * so with the same tiles a row's output and LSE are bit for bit the same with one group per item
@@ -1096,7 +1116,8 @@ int main(void)
         cmocka_unit_test(test_16bit_bad_input),
         cmocka_unit_test(test_identical_keys_huge), cmocka_unit_test(test_nan_in_blocked_rows),
         cmocka_unit_test(test_many_head_sizes), cmocka_unit_test(test_long_keys),
-        cmocka_unit_test(test_split_launches),  cmocka_unit_test(test_grouped_query),
+        cmocka_unit_test(test_split_launches),  cmocka_unit_test(test_split_value_sums),
+        cmocka_unit_test(test_grouped_query),
         cmocka_unit_test(test_windows), cmocka_unit_test(test_group_order),
         cmocka_unit_test(test_wide_head_tiles),
         cmocka_unit_test(test_huge_keys),       cmocka_unit_test(test_huge_rows),

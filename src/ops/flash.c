@@ -124,44 +124,54 @@ static void flash_defines(char *buf, size_t size, const clattn_tuning *tune,
         snprintf(buf, size, "%s%s-D DVP=%d", dts, tune->defines, dvp);
 }
 
-/* Loop iterations of one flash_vtail work-item per key (fixed: outside the key loop), counted as
+/* Loop iterations of one flash_vflags work-item per key (fixed: outside the key loop), counted as
  * clattn__loop_budget asks: every iteration of every loop plus one per loop entered. */
-#define VTAIL_FIXED 4
-static long vtail_loops_per_key(int dv)
+#define VFLAGS_FIXED 4
+static long vflags_loops_per_key(int dv)
 {
     return 1 + (dv % 16 ? 17 : 0);
 }
 
-/* vt (nbkv, nblk, dvp) at element vt_off of buf from the value rows of V (batches (D0, D1kv)),
- * in blocks of bks keys: flash_vtail's suffix sums, or with head flash_vhead's prefix sums. One
- * launch, or under a loop budget key ranges of whole blocks, the suffix sums from the last range
- * down, the prefix sums from the first up. */
+/* The zero-weight sums of the value rows of V (batches (D0, D1kv)) in blocks of bks keys, each
+ * (nbkv, nblk, dvp) in buf: suffix sums at vt_off, prefix sums at vh_off (< 0: not wanted).
+ * flash_vflags writes each block's flags where the first wanted sums go, all blocks at once;
+ * flash_vscan turns them into the sums there, in one launch, or under a loop budget in ranges
+ * of blocks (the prefix sums from the first up, then the suffix sums from the last down). */
 static clattn_status enqueue_vsums(clattn_context *ctx, const char *defines,
                                    const clattn_flash_operand *V, const clattn_flash_args *a,
-                                   int dv,
-                                   int bks, int nblk, int dvp, cl_mem buf, size_t vt_off,
-                                   long budget, int head)
+                                   int dv, int bks, int nblk, int dvp, cl_mem buf, long vt_off,
+                                   long vh_off, long budget)
 {
-    const char *name = head ? "flash_vhead" : "flash_vtail";
     clattn_status st = CLATTN_SUCCESS;
-    cl_kernel k;
-    int off = (int)vt_off;
-    size_t blocks;
-    int nk = a->nk;
-    CHECK_ST(clattn__loop_units(ctx, budget, VTAIL_FIXED, vtail_loops_per_key(dv) * bks,
-                                (size_t)nblk, &blocks, "attention: %s's block of %d keys", name,
-                                bks));
-    int span = blocks < (size_t)nblk ? (int)blocks * bks : nk;
-    CHECK_ST(clattn__get_kernel(ctx, "flash.cl", defines, name, &k));
-    size_t gws[2] = {(size_t)dvp / 16, a->nbkv}, lws[2] = {1, 1};
-    int last = (nk - 1) / span * span;
-    /* long: i + span passes INT_MAX after the last span of nk near it */
-    for (long i = 0; i <= last; i += span) {
-        int k_lo = head ? (int)i : last - (int)i, k_hi = nk - k_lo > span ? k_lo + span : nk;
-        CHECK_ST(clattn__set_args(ctx, k, name, ARG(V->buf), ARG(V->l), ARG(a->D1kv), ARG(nk),
-                                  ARG(dv), ARG(bks), ARG(nblk), ARG(buf), ARG(off), ARG(k_lo),
-                                  ARG(k_hi), ARGS_END));
-        CHECK_ST(clattn__launch(ctx, k, 2, gws, lws, name));
+    cl_kernel kf, ks;
+    int nk = a->nk, bf = (int)(vt_off >= 0 ? vt_off : vh_off), vt = (int)vt_off;
+    int vh = (int)vh_off;
+    size_t one, blocks;
+    CHECK_ST(clattn__loop_units(ctx, budget, VFLAGS_FIXED, vflags_loops_per_key(dv) * bks, 1,
+                                &one, "attention: flash_vflags' block of %d keys", bks));
+    CHECK_ST(clattn__loop_units(ctx, budget, 4, 4, (size_t)nblk, &blocks,
+                                "attention: flash_vscan's block"));
+    CHECK_ST(clattn__get_kernel(ctx, "flash.cl", defines, "flash_vflags", &kf));
+    CHECK_ST(clattn__get_kernel(ctx, "flash.cl", defines, "flash_vscan", &ks));
+    CHECK_ST(clattn__set_args(ctx, kf, "flash_vflags", ARG(V->buf), ARG(V->l), ARG(a->D1kv),
+                              ARG(nk), ARG(dv), ARG(bks), ARG(nblk), ARG(buf), ARG(bf), ARGS_END));
+    size_t fg[3] = {(size_t)dvp / 16, (size_t)nblk, a->nbkv};
+    CHECK_ST(clattn__launch(ctx, kf, 3, fg, NULL, "flash_vflags"));
+    size_t sg[2] = {(size_t)dvp / 16, a->nbkv}, lws[2] = {1, 1};
+    int span = blocks < (size_t)nblk ? (int)blocks : nblk, last = (nblk - 1) / span * span;
+    /* both sums in each launch when one takes every block; else the prefix sums' ranges, then
+     * the suffix sums' */
+    int both = span == nblk;
+    for (int pass = vh >= 0 ? 0 : 1; pass < (vt >= 0 ? 2 : 1); pass++) {
+        for (long i = 0; i <= last; i += span) { /* long: i + span can pass INT_MAX */
+            int lo = pass ? last - (int)i : (int)i, hi = nblk - lo > span ? lo + span : nblk;
+            int t_off = pass || both ? vt : -1, h_off = pass ? -1 : vh;
+            CHECK_ST(clattn__set_args(ctx, ks, "flash_vscan", ARG(buf), ARG(bf), ARG(t_off),
+                                      ARG(h_off), ARG(nblk), ARG(lo), ARG(hi), ARGS_END));
+            CHECK_ST(clattn__launch(ctx, ks, 2, sg, lws, "flash_vscan"));
+        }
+        if (both)
+            break;
     }
 fail:
     return st;
@@ -235,10 +245,10 @@ static clattn_status enqueue_cpu(clattn_context *ctx, const clattn_tuning *tune,
     }
     CHECK_ST(clattn__get_kernel(ctx, "flash.cl", defines, "flash_pack_k", &kk));
     CHECK_ST(clattn__get_kernel(ctx, "flash.cl", defines, "flash_pack_v", &kv));
-    size_t pg[2] = {(size_t)nblk * KB, nbkv};
+    size_t pg[2] = {(size_t)nblk * KB, nbkv}, pk[2] = {(size_t)nblk * KB / 16, nbkv};
     CHECK_ST(clattn__set_args(ctx, kk, "flash_pack_k", ARG(K->buf), ARG(K->l), ARG(a->D1kv),
                               ARG(a->nk), ARG(a->d), ARG(nblk), ARG(buf), ARGS_END));
-    CHECK_ST(clattn__launch(ctx, kk, 2, pg, NULL, "flash_pack_k"));
+    CHECK_ST(clattn__launch(ctx, kk, 2, pk, NULL, "flash_pack_k"));
     clattn_flash_operand vrows = *V;
     if (v_packed) {
         int vp_off = (int)nkt;
@@ -252,10 +262,9 @@ static clattn_status enqueue_cpu(clattn_context *ctx, const clattn_tuning *tune,
     }
     /* the V rows are dvp wide here (zero-padded, or in place only when dv == dvp) */
     int vt_off = (int)(nkt + nvp), vh_off = (int)(nkt + nvp + nvt);
-    if (nvt)
-        CHECK_ST(enqueue_vsums(ctx, defines, &vrows, a, dvp, KB, nblk, dvp, buf, vt_off, 0, 0));
-    if (nvh)
-        CHECK_ST(enqueue_vsums(ctx, defines, &vrows, a, dvp, KB, nblk, dvp, buf, vh_off, 0, 1));
+    if (nvt + nvh)
+        CHECK_ST(enqueue_vsums(ctx, defines, &vrows, a, dvp, KB, nblk, dvp, buf,
+                               nvt ? vt_off : -1, nvh ? vh_off : -1, 0));
     cl_mem vt = nvt ? buf : NULL, vh = nvh ? buf : NULL;
     CHECK_ST(clattn__set_args(ctx, kf, "flash_cpu", ARG(qrows.buf), ARG(qrows.l), ARG(buf),
                               ARG(vrows.buf), ARG(vrows.l), ARG(vt), ARG(vt_off), ARG(vh),
@@ -291,8 +300,8 @@ long clattn__flash_gpu_min_loops(const clattn_tuning *t)
     long fixed, per_tile, BK = clattn__tune_int(t, "BK", 16);
     /* the worst case: head size FLASH_MAX_DIM, dropout, BQ lowered to one item (enqueue_gpu) */
     gpu_loops(1, (int)BK, FLASH_MAX_DIM, FLASH_MAX_DIM, 1, &fixed, &per_tile);
-    long vtail = VTAIL_FIXED + vtail_loops_per_key(1) * BK;
-    return fixed + per_tile > vtail ? fixed + per_tile : vtail;
+    long vflags = VFLAGS_FIXED + vflags_loops_per_key(1) * BK;
+    return fixed + per_tile > vflags ? fixed + per_tile : vflags;
 }
 
 /* Keys per flash_gpu launch: all of them, or under a loop budget as many whole tiles as fit. */
@@ -369,10 +378,9 @@ static clattn_status enqueue_gpu(clattn_context *ctx, const clattn_tuning *tune,
     part = npart ? buf : NULL;
     vh_off = (int)nvt;
     int part_off = (int)(nvt + nvh);
-    if (nvt)
-        CHECK_ST(enqueue_vsums(ctx, defines, V, a, a->dv, BK, nblk, dvp, buf, 0, budget, 0));
-    if (nvh)
-        CHECK_ST(enqueue_vsums(ctx, defines, V, a, a->dv, BK, nblk, dvp, buf, nvt, budget, 1));
+    if (nvt + nvh)
+        CHECK_ST(enqueue_vsums(ctx, defines, V, a, a->dv, BK, nblk, dvp, buf, nvt ? 0 : -1,
+                               nvh ? (long)nvt : -1, budget));
     size_t lws[2] = {(size_t)BQ, 1};
     size_t gws[2] = {clattn__round_up((size_t)a->nq, (size_t)BQ), (size_t)nb};
     for (long lo = 0; lo < a->nk; lo += span) { /* long: see enqueue_vsums */

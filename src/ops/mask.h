@@ -45,7 +45,7 @@ clattn_status clattn__resolve_slopes(clattn_context *ctx, const clattn_tensor *s
                                      int score_rank, const size_t *score_dims, const char *name,
                                      clattn_mask_args *o);
 /* 1 when lengths, causality or the window's right side end some rows before key K (the fused
- * kernels then skip trailing key blocks and need the value sums of flash_vtail). */
+ * kernels then skip trailing key blocks and need the suffix value sums of flash_vscan). */
 int clattn__mask_limits_rows(const clattn_mask_args *m);
 /* 1 when the window's left side blocks leading keys of some rows. */
 int clattn__mask_has_left(const clattn_mask_args *m);
