@@ -365,11 +365,30 @@ TILE_INLINE void cpu_skip_rest(cpu_group *g, __global const float *vt, __global 
 }
 
 /* s = scale * (Q K^T) for the group's QR rows (qr: their rows of Q) and the block's KB keys
- * (ktb: its packed panel), in registers. */
+ * (ktb: its packed panel), in registers; only the 16-key parts [jlo, jhi) of the block, the
+ * others left 0: their keys are blocked for every row of the group, and get the fill. A window's
+ * edge blocks: of a 64-key block, 1.5 parts on average lie outside the group's keys. */
 TILE_INLINE void cpu_scores(float16 s[QR][NKV], __global const float *qr[QR],
-                            __global const float *ktb, int d, float scale)
+                            __global const float *ktb, int d, float scale, int jlo, int jhi)
 {
-    tile_panel(s, qr, ktb, d);
+    if (jlo == 0 && jhi == NKV) {
+        tile_panel(s, qr, ktb, d);
+    } else {
+        #pragma unroll
+        for (int j = 0; j < NKV; j++) { /* constant indices: the tile stays in registers */
+            #pragma unroll
+            for (int r = 0; r < QR; r++)
+                s[r][j] = (float16)(0.0f);
+            if (j < jlo || j >= jhi)
+                continue;
+            for (int e = 0; e < d; e++) {
+                float16 kv = vload16(j, ktb + e * KB);
+                #pragma unroll
+                for (int r = 0; r < QR; r++)
+                    s[r][j] = fma((float16)(qr[r][e]), kv, s[r][j]);
+            }
+        }
+    }
     #pragma unroll
     for (int r = 0; r < QR; r++)
         #pragma unroll
@@ -652,7 +671,10 @@ __kernel void flash_cpu(__global const float *Q, int4 ql, __global const float *
                 /* pb: read back one key at a time in P V */
                 float16 s[QR][NKV], pb[QR][NKV], ps[QR];
                 float cd[16];
-                cpu_scores(s, qr, ktb, d, scale);
+                /* the parts of the block with keys open for some row */
+                int jlo = clamp(g->min_lo - kbase, 0, KB) / 16;
+                int jhi = (clamp(g->max_limit - kbase, 0, KB) + 15) / 16;
+                cpu_scores(s, qr, ktb, d, scale, jlo, jhi);
                 cpu_addends(s, g, kbase, nq, nk, d0, d1, bias, bias_off, bs, slopes, slope);
                 if (mask || kbase + KB > g->min_limit || kbase < g->max_lo) /* blocked or padding */
                     cpu_mask(s, g, kbase, nk, d0, d1, mask, mask_off, ms, fill);
