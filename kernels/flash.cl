@@ -165,8 +165,13 @@ __kernel void flash_pack_k(__global const KTYPE *K, int4 kl, int D1, int nk, int
 {
     int k0 = 16 * get_global_id(0), bb = get_global_id(1);
     __global float *dst = kt + ((size_t)(bb * nblk + k0 / KB) * d) * KB + k0 % KB;
+    if (k0 >= nk) { /* a last block's padding keys */
+        for (int e = 0; e < d; e++)
+            *(__global float16 *)(dst + (size_t)e * KB) = (float16)(0.0f);
+        return;
+    }
     __global const KTYPE *src = K + flash_at(kl, D1, bb, k0);
-    int nr = min(16, nk - k0); /* the keys that exist: at least one (k0 < nblk * KB, nk) */
+    int nr = min(16, nk - k0); /* the keys that exist, at least one */
     int e = 0;
     for (; e + 16 <= d; e += 16) {
         float16 t[16];

@@ -864,22 +864,27 @@ static void test_split_launches(void **s)
     }
 }
 
-/* The zero-weight value sums under a loop budget: with 6250 key blocks (BK=8) the block flags'
- * prefix and suffix sums take two launches each, and a NaN value that only the carry between
- * them brings to a row's skipped blocks must still reach its outputs (against the reference):
- * one at the last key, past the first rows' windows (top-left), one at the first, below the last
- * rows' windows (bottom-right); and a finite V that the carries keep finite. */
+/* The zero-weight value sums under a loop budget: with 12500 key blocks (BK=8) under LOOPS=20000
+ * the prefix and suffix sums of the block flags take two launches each, and a NaN value that
+ * only the carry between them brings to a row's skipped blocks must still reach its outputs
+ * (against the reference): one at the last key, past the first rows' windows (top-left), one at
+ * the first, below the last rows' windows (bottom-right), each with both sums and with its own
+ * alone (the prefix sums in place on the flags: a window with no right side; the suffix sums:
+ * causal); and a finite V that the carries keep finite. */
 static void test_split_value_sums(void **s)
 {
     (void)s;
     clattn_context *suite = h_ctx;
-    h_ctx = h_ctx_tuned("attention=gpu:BQ=16:BK=8:LOOPS=24000");
-    CASES({0, {0}, 3, 50000, 8, 8, {.window = 1, .window_left = 4, .window_right = 4},
-           .nan_v = 50000},
-          {0, {0}, 3, 50000, 8, 8, {.window = 1, .window_left = 4, .window_right = 4,
-                                    .align = 1}, .nan_v = 1},
-          {1, {2}, 5, 50000, 8, 16, {.window = 1, .window_left = 9, .window_right = 2,
-                                     .align = 1}});
+    h_ctx = h_ctx_tuned("attention=gpu:BQ=16:BK=8:LOOPS=20000");
+    CASES({0, {0}, 3, 100000, 8, 8, {.window = 1, .window_left = 4, .window_right = 4},
+           .nan_v = 100000},
+          {0, {0}, 3, 100000, 8, 8, {.causal = 1}, .nan_v = 100000},
+          {0, {0}, 3, 100000, 8, 8, {.window = 1, .window_left = 4, .window_right = 4,
+                                     .align = 1}, .nan_v = 1},
+          {0, {0}, 3, 100000, 8, 8, {.window = 1, .window_left = 4, .window_right = -1,
+                                     .align = 1}, .nan_v = 1},
+          {1, {2}, 5, 100000, 8, 16, {.window = 1, .window_left = 9, .window_right = 2,
+                                      .align = 1}});
     clattn_context_destroy(&h_ctx);
     h_ctx = suite;
 }

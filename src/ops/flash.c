@@ -149,7 +149,8 @@ static clattn_status enqueue_vsums(clattn_context *ctx, const char *defines,
     size_t one, blocks;
     CHECK_ST(clattn__loop_units(ctx, budget, VFLAGS_FIXED, vflags_loops_per_key(dv) * bks, 1,
                                 &one, "attention: flash_vflags' block of %d keys", bks));
-    CHECK_ST(clattn__loop_units(ctx, budget, 4, 4, (size_t)nblk, &blocks,
+    /* a launch of both sums: 2 loops entered, 2 iterations per block (1 each for one sum) */
+    CHECK_ST(clattn__loop_units(ctx, budget, 2, 2, (size_t)nblk, &blocks,
                                 "attention: flash_vscan's block"));
     CHECK_ST(clattn__get_kernel(ctx, "flash.cl", defines, "flash_vflags", &kf));
     CHECK_ST(clattn__get_kernel(ctx, "flash.cl", defines, "flash_vscan", &ks));
