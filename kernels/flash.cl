@@ -137,7 +137,8 @@ static inline size_t flash_at(int4 l, int D1, int bb, int row)
 }
 
 /* The 16 x 16 tile t transposed in place: four rounds of interleaving t[i] with t[i + 8] (each
- * round rotates the tile's 8-bit element index by one bit; four take row and column bits across). */
+ * round rotates the tile's 8-bit element index by one bit; four take the row bits and the column
+ * bits across). */
 static inline void transpose16(float16 *t)
 {
     const uint16 lo = (uint16)(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
@@ -159,7 +160,8 @@ static inline void transpose16(float16 *t)
 /* kt[bb][blk][e][w] = K[bb][blk * KB + w][e], zero for keys >= nk. One work-item per 16 keys
  * (KB is a multiple of 16), 16 x 16 tiles transposed in registers, so that both the reads and
  * the writes are whole vectors: one item per key, reading and writing scalars with the writes
- * KB floats apart, took 2.4 ms of a 35 ms window call (K 8 x 8192 x 64), the tiles 0.4 ms. */
+ * KB floats apart, took about 1.2 ms for K 8 x 8192 x 64 with the other passes alone, the tiles
+ * 0.9 ms (in a window call both about 2.5 ms: reading a cold K bounds them there). */
 __kernel void flash_pack_k(__global const KTYPE *K, int4 kl, int D1, int nk, int d, int nblk,
                            __global float *kt)
 {
@@ -249,8 +251,9 @@ static inline int16 flagged16(__global const float *p)
 /* bf[bb][blk][c] = sum over keys k of block blk (BKS keys, fewer in the last) of 0 * V[bb][k][c]:
  * 0 for finite values, NaN once the column holds a NaN or an infinity there; for c < DVP (0 past
  * dv). One work-item per 16 columns of one block, all blocks at once (one item per 16 columns
- * walking every key took 1.6 ms of a 35 ms window call, V 8 x 8192 x 64). flash_vscan turns the
- * flags into the suffix and prefix sums the attention kernels add for the blocks they skip. */
+ * walking every key, for each sum, took 1.3 ms for V 8 x 8192 x 64, these two kernels 0.5).
+ * flash_vscan turns the flags into the suffix and prefix sums the attention kernels add for the
+ * blocks they skip. */
 __kernel void flash_vflags(__global const VSTYPE *V, int4 vl, int D1, int nk, int dv, int BKS,
                            int nblk, __global float *bf, int bf_off)
 {
