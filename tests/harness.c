@@ -106,6 +106,16 @@ clattn_tensor h_tensor_exact(clattn_dtype dt, int ndim, const size_t *dims, cons
     return t;
 }
 
+clattn_tensor h_filled(clattn_context *ctx, clattn_dtype dt, int ndim, const size_t *dims,
+                       float value)
+{
+    clattn_tensor t;
+    if (clattn_tensor_create(ctx, dt, ndim, dims, NULL, &t) != CLATTN_SUCCESS ||
+        clattn_tensor_fill(ctx, &t, value) != CLATTN_SUCCESS)
+        fail_msg("tensor_create / fill: %s", clattn_last_error(ctx));
+    return t;
+}
+
 static size_t numel_of(int ndim, const size_t *dims)
 {
     size_t n = 1;

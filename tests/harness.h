@@ -30,6 +30,10 @@ void h_fill(float *x, size_t n, double lo, double hi);
 #define H_GUARD 256
 clattn_tensor h_tensor(clattn_dtype dt, int ndim, const size_t *dims, const void *host);
 clattn_tensor h_tensor_exact(clattn_dtype dt, int ndim, const size_t *dims, const void *host);
+/* A tensor of ctx (the huge tests' own contexts) with every element `value`, filled on the
+ * device: no host copy of gigabytes. */
+clattn_tensor h_filled(clattn_context *ctx, clattn_dtype dt, int ndim, const size_t *dims,
+                       float value);
 /* A float tensor of nlead leading dims lead[] then (rows, cols). */
 clattn_tensor h_batched(int nlead, const size_t *lead, size_t rows, size_t cols, const float *host);
 /* 16-bit storage. h_round rounds host floats in place to what dtype dt stores (nearest even;

@@ -1045,11 +1045,8 @@ static void test_huge_rows(void **s)
     float one = 1.0f, three = 3.0f;
     clattn_tensor tk = h_tensor(CLATTN_FLOAT32, 2, H_DIMS(1, 1), &one);
     clattn_tensor tv = h_tensor(CLATTN_FLOAT32, 2, H_DIMS(1, 1), &three);
-    clattn_tensor tq, to;
-    assert_int_equal(clattn_tensor_create(ctx, CLATTN_FLOAT32, 2, qd, NULL, &tq), CLATTN_SUCCESS);
-    assert_int_equal(clattn_tensor_create(ctx, CLATTN_FLOAT16, 2, qd, NULL, &to), CLATTN_SUCCESS);
-    assert_int_equal(clattn_tensor_fill(ctx, &tq, 1.0f), CLATTN_SUCCESS);
-    assert_int_equal(clattn_tensor_fill(ctx, &to, NAN), CLATTN_SUCCESS);
+    clattn_tensor tq = h_filled(ctx, CLATTN_FLOAT32, 2, qd, 1.0f);
+    clattn_tensor to = h_filled(ctx, CLATTN_FLOAT16, 2, qd, NAN);
     if (clattn_dot_product_attention(ctx, &tq, &tk, &tv, NULL, &to, NULL) != CLATTN_SUCCESS)
         fail_msg("the largest Q: %s", clattn_last_error(ctx));
     size_t ends[2] = {0, (size_t)INT32_MAX - 16}, n16 = 16;
@@ -1083,11 +1080,8 @@ static void test_huge_key_launches(void **s)
     size_t kd[2] = {(size_t)(INT32_MAX / 64 - 1) * 64, 1};
     clattn_tensor tq = h_tensor(CLATTN_FLOAT32, 2, H_DIMS(1, 1), &one);
     clattn_tensor to = h_tensor(CLATTN_FLOAT32, 2, H_DIMS(1, 1), &got);
-    clattn_tensor tk, tv;
-    assert_int_equal(clattn_tensor_create(ctx, CLATTN_FLOAT16, 2, kd, NULL, &tk), CLATTN_SUCCESS);
-    assert_int_equal(clattn_tensor_create(ctx, CLATTN_FLOAT16, 2, kd, NULL, &tv), CLATTN_SUCCESS);
-    assert_int_equal(clattn_tensor_fill(ctx, &tk, 0.0f), CLATTN_SUCCESS);
-    assert_int_equal(clattn_tensor_fill(ctx, &tv, 2.0f), CLATTN_SUCCESS);
+    clattn_tensor tk = h_filled(ctx, CLATTN_FLOAT16, 2, kd, 0.0f);
+    clattn_tensor tv = h_filled(ctx, CLATTN_FLOAT16, 2, kd, 2.0f);
     clattn_attention_opts opts;
     memset(&opts, 0, sizeof opts);
     opts.mask.causal = 1; /* bottom-right, so that both value sums run */

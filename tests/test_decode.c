@@ -476,10 +476,8 @@ static void test_huge_cache(void **s)
     clattn_tensor_release(&tk);
     clattn_tensor_release(&tv);
     dims[2] = max_rows;
-    assert_int_equal(clattn_tensor_create(ctx, CLATTN_FLOAT16, 4, dims, NULL, &tk), CLATTN_SUCCESS);
-    assert_int_equal(clattn_tensor_create(ctx, CLATTN_FLOAT16, 4, dims, NULL, &tv), CLATTN_SUCCESS);
-    assert_int_equal(clattn_tensor_fill(ctx, &tk, 0.0f), CLATTN_SUCCESS);
-    assert_int_equal(clattn_tensor_fill(ctx, &tv, 0.0f), CLATTN_SUCCESS);
+    tk = h_filled(ctx, CLATTN_FLOAT16, 4, dims, 0.0f);
+    tv = h_filled(ctx, CLATTN_FLOAT16, 4, dims, 0.0f);
     size_t tail = max_rows - hot, hot_dims[1] = {hot}; /* (in elements) */
     clattn_tensor vk = clattn_view(tk.buf, CLATTN_FLOAT16, tail, 1, hot_dims);
     clattn_tensor vv = clattn_view(tv.buf, CLATTN_FLOAT16, tail, 1, hot_dims);
