@@ -5,9 +5,12 @@ A model of kernels/flash.cl's block walk, not a timing: a work-item owns QG grou
 and each group computes the key blocks of KB keys from the one holding its lowest open key to the
 one holding its last (the blocks wholly below its rows' windows are skipped). The ratio of blocks
 is the most a window can gain over full causal with those tiles if every block costs the same;
-the per-key ratio is the ideal with no tiles at all. The last line models a kernel that also skips the SUB-key
-sub-blocks at both ends of each group's keys that none of its rows sees (not what flash_cpu does:
-the bound such a change could reach). Usage: window_blocks.py [N] [WINDOW] [SUB] (8192 512 16)."""
+the per-key ratio is the ideal with no tiles at all. The sub-blocks line models a kernel
+that also skips the SUB-key sub-blocks at both ends of each group's keys that none of its rows
+sees (flash_cpu since d208878, in Q K^T and P V). The last two lines bound any kernel whose
+vectors hold 8 or 16 consecutive keys, however it groups rows: a row's window of W + 1 keys
+(W a multiple of 16) touches W / 16 + 1 parts of 16 keys at any alignment, so 528 keys are
+computed for its 513. Usage: window_blocks.py [N] [WINDOW] [SUB] (8192 512 16)."""
 import sys
 
 
@@ -37,6 +40,13 @@ def sub_blocks(n, window, qr, kb, qg, sub):
                for spans in item_spans(n, window, qr, qg) for lo, limit in spans)
 
 
+def row_parts(n, window, sub):
+    """Keys computed when every row computes only the sub-key parts its own keys touch: the least
+    any kernel computes whose vectors hold sub consecutive keys (a group of rows only adds to it)."""
+    return sum(sub * (q // sub - (max(0, q - window) if window >= 0 else 0) // sub + 1)
+               for q in range(n))
+
+
 def main():
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 8192
     window = int(sys.argv[2]) if len(sys.argv) > 2 else 512
@@ -51,6 +61,9 @@ def main():
     sub = int(sys.argv[3]) if len(sys.argv) > 3 else 16
     c, w = sub_blocks(n, -1, 5, 64, 2, sub), sub_blocks(n, window, 5, 64, 2, sub)
     print(f"QR=5 KB=64 QG=2, sub-blocks of {sub} skipped at both ends: ratio {c / w:.2f}")
+    for lanes in (8, 16):
+        c, w = row_parts(n, -1, lanes), row_parts(n, window, lanes)
+        print(f"any kernel with {lanes} keys per vector, each row its own parts: ratio {c / w:.2f}")
 
 
 if __name__ == "__main__":
