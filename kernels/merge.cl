@@ -10,7 +10,8 @@
  * - The running merge is a (the output so far) with its state (m, s) in sin: m the largest LSE so
  *   far, exactly one of the inputs, and s = sum_i exp(l_i - m), so that no rounded m + log(s) is
  *   ever fed back. sin NULL: a is one range, with m = la, s = 1 (0 when la is -inf: empty).
- * - b NULL: o = a, lo = la (one range). Else o and, from the items of column 0, sout and lo (each
+ * - b NULL: o and lo from a alone (one range): a and la as they are unless la is -inf (o 0 x a,
+ *   lo -inf), NaN or +inf (o and lo NaN: its weight exp(la - la) is NaN). Else o and, from the items of column 0, sout and lo (each
  *   NULL when not wanted) are the merge of the running one with range b. o may be a itself (each
  *   element is read before it is written), sout never sin.
  * Numerics: the max-subtraction keeps every exponent <= 0. A range whose LSE is -inf adds
@@ -41,11 +42,12 @@ __kernel void attention_merge(__global const float *a, int a_off, __global const
         m = la[la_off + r];
         s = m == -INFINITY ? 0.0f : 1.0f;
     }
-    if (!b) {
+    if (!b) { /* one range, by the same rules: weight exp(m - m), NaN for a NaN or +inf m */
+        int empty = m == -INFINITY, bad = isnan(m) || m == INFINITY;
         for (int c = 0; c < dv; c++)
-            orow[c] = ar[c];
+            orow[c] = empty ? (clattn_nonfinite(ar[c]) ? NAN : 0.0f) : bad ? NAN : ar[c];
         if (lo)
-            lo[lo_off + r] = m;
+            lo[lo_off + r] = bad ? NAN : m;
         return;
     }
     __global const float *br = b + b_off + (size_t)r * dv;

@@ -50,12 +50,15 @@ static void ref_merge(int n, size_t rows, int dv, float *const *o, float *const 
 /* LSEs of one row's n ranges, by kind: mixed, some empty, all empty, one NaN, near 1e4, ties and
  * gaps beyond float32's exp range, the first empty, the first two empty (the running merge's
  * first step with an empty range a, and an empty state met by an open range), a NaN after an
- * empty range and one after every other range empty (an empty state met by a NaN). */
+ * empty range and one after every other range empty (an empty state met by a NaN), the first NaN
+ * and the first +inf (its weight exp(inf - inf) is NaN), so that one range alone meets each. */
 static float draw_lse(size_t row, int i)
 {
-    switch (row % 10) {
+    switch (row % 12) {
     case 8: return i == 0 ? -INFINITY : i == 1 ? NAN : (float)h_uniform(-5, 5);
     case 9: return i == 2 ? NAN : -INFINITY;
+    case 10: return i == 0 ? NAN : (float)h_uniform(-5, 5);
+    case 11: return i == 0 ? INFINITY : (float)h_uniform(-5, 5);
     case 6: return i == 0 ? -INFINITY : (float)h_uniform(-5, 5);
     case 7: return i < 2 ? -INFINITY : (float)h_uniform(-5, 5);
     case 0: return (float)h_uniform(-30, 30);
@@ -82,9 +85,10 @@ static void merge_case(int n, int rank, const size_t *dims)
         for (size_t r = 0; r < rows; r++) {
             l[i][r] = draw_lse(r, i);
             /* what attention returns for a range whose keys are all blocked with fill -inf (NaN),
-             * and decoding or varlen for one without keys (0), mixed over rows and ranges */
-            for (int c = 0; l[i][r] == -INFINITY && c < dv; c++)
-                o[i][r * dv + c] = (r / 8 + i) % 3 == 0 ? NAN : 0.0f;
+             * and decoding or varlen for one without keys (0), mixed over rows and ranges; and
+             * every fourth such row left as drawn (an output never written: weighs nothing) */
+            for (int c = 0; l[i][r] == -INFINITY && (r / 8 + i) % 4 != 3 && c < dv; c++)
+                o[i][r * dv + c] = (r / 8 + i) % 4 == 0 ? NAN : 0.0f;
         }
         to[i] = h_tensor(CLATTN_FLOAT32, rank, dims, o[i]);
         tl[i] = h_tensor(CLATTN_FLOAT32, rank - 1, dims, l[i]);
