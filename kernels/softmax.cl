@@ -166,6 +166,31 @@
 #endif
 #define vloadV_f(p) vloadV(0, p)
 
+/* A row's sums (the exponentials, the backward's y . dy) in blocks of SUM_BLOCK terms per lane
+ * (per work-item in the group kernels), each block added into a compensated (Kahan) total: a
+ * float32 lane sum of like terms stops growing at 2^24 of them and drifts long before (a row of
+ * 2^29 equal scores summed to 2, its weights twice 1 / K), while blocks keep a row of any length
+ * (up to INT_MAX keys) as exact as one of SUM_BLOCK * VW keys. */
+#define SUM_BLOCK 256
+static inline void kahan_addV(floatV *tot, floatV *comp, floatV x)
+{
+    floatV y = x - *comp, t = *tot + y;
+    /* no correction once the total is not finite: inf - inf would make an infinite sum NaN */
+    *comp = fabs(t) < (floatV)(INFINITY) ? (t - *tot) - y : (floatV)(0.0f);
+    *tot = t;
+}
+static inline void kahan_add(float *tot, float *comp, float x)
+{
+    float y = x - *comp, t = *tot + y;
+    *comp = fabs(t) < INFINITY ? (t - *tot) - y : 0.0f;
+    *tot = t;
+}
+/* the end of the block of vectors from key k, at most lim (no k + n past INT_MAX) */
+static inline int block_end(int k, int lim)
+{
+    return lim - k > SUM_BLOCK * VW ? k + SUM_BLOCK * VW : lim;
+}
+
 /* exp(x) for x <= 0 (a score minus its row's maximum; -inf gives 0, NaN stays NaN): common.cl's
  * polynomial (expnegV, clattn_exp_neg), half the vector instructions of PoCL's builtin exp, the
  * same code for a floatV and for one float (row tails), so tied scores get tied weights. */
@@ -300,13 +325,17 @@ static inline float prefix_max(__global const XTYPE *xr, int K, int limit, int l
 static inline float prefix_exp(__global const XTYPE *xr, __global YTYPE *yr, float *eb, int limit,
                                int lv, int vtail, intV tail_open, float m, float blocked)
 {
-    floatV sv = (floatV)(0.0f);
+    floatV tot = (floatV)(0.0f), comp = (floatV)(0.0f), sv = (floatV)(0.0f);
     float s = 0.0f;
     int k;
-    for (k = 0; k < lv; k += VW) {
-        floatV e = expnegV(LDXV(xr + k) - (floatV)(m));
-        sv += e;
-        KEEP_EV(e, k);
+    for (k = 0; k < lv;) {
+        floatV sb = (floatV)(0.0f);
+        for (int end = block_end(k, lv); k < end; k += VW) {
+            floatV e = expnegV(LDXV(xr + k) - (floatV)(m));
+            sb += e;
+            KEEP_EV(e, k);
+        }
+        kahan_addV(&tot, &comp, sb);
     }
     if (vtail) {
         floatV e = select((floatV)(0.0f), expnegV(LDXV(xr + lv) - (floatV)(m)), tail_open);
@@ -319,7 +348,7 @@ static inline float prefix_exp(__global const XTYPE *xr, __global YTYPE *yr, flo
             KEEP_E(e, k);
         }
     }
-    return s + (hsum(sv) + blocked);
+    return s + (hsum(sv + (tot - comp)) + blocked);
 }
 
 /* The live keys' weights, e * inv (the kept exponentials, or computed again); the vector tail's
@@ -447,12 +476,16 @@ __kernel void masked_softmax_rows(__global const XTYPE *x, int x_off, __global Y
     m = fmax(m, hmax(mv));
     m = m == -INFINITY ? 0.0f : m;
 
-    floatV sv = (floatV)(0.0f);
+    floatV tot = (floatV)(0.0f), comp = (floatV)(0.0f);
     float s = 0.0f;
-    for (k = 0; k < kv; k += VW) {
-        floatV e = expnegV(masked_vec(xr, k, lo, limit, mrow, ms.w, fill, ad) - (floatV)(m));
-        sv += e;
-        KEEP_EV(e, k);
+    for (k = 0; k < kv;) {
+        floatV sb = (floatV)(0.0f);
+        for (int end = block_end(k, kv); k < end; k += VW) {
+            floatV e = expnegV(masked_vec(xr, k, lo, limit, mrow, ms.w, fill, ad) - (floatV)(m));
+            sb += e;
+            KEEP_EV(e, k);
+        }
+        kahan_addV(&tot, &comp, sb);
     }
     for (; k < K; k++) {
         float v = clattn_masked(biased(xr, k, ad), k, lo, limit, mrow, ms.w, fill);
@@ -460,7 +493,7 @@ __kernel void masked_softmax_rows(__global const XTYPE *x, int x_off, __global Y
         s += e;
         KEEP_E(e, k);
     }
-    s += hsum(sv);
+    s += hsum(tot - comp);
     if (lse)
         lse[lse_off + r] = m + log(s);
 
@@ -507,13 +540,17 @@ void masked_softmax_wg(__global const XTYPE *x, int x_off, __global YTYPE *y, in
     m = red[0] == -INFINITY ? 0.0f : red[0];
     barrier(CLK_LOCAL_MEM_FENCE);
 
-    float s = 0.0f;
-    for (int k = t; k < K; k += WG) {
-        float e = exp(clattn_masked(biased(xr, k, ad), k, lo, limit, mrow, ms.w, fill) - m);
-        s += e;
-        KEEP_E(e, k);
+    float tot = 0.0f, comp = 0.0f;
+    for (int k = t; k < K;) {
+        float sb = 0.0f;
+        for (int n = 0; n < SUM_BLOCK && k < K; n++, k += WG) {
+            float e = exp(clattn_masked(biased(xr, k, ad), k, lo, limit, mrow, ms.w, fill) - m);
+            sb += e;
+            KEEP_E(e, k);
+        }
+        kahan_add(&tot, &comp, sb);
     }
-    red[t] = s;
+    red[t] = tot - comp;
     barrier(CLK_LOCAL_MEM_FENCE);
     for (int w = WG / 2; w > 0; w >>= 1) {
         if (t < w)
@@ -551,13 +588,17 @@ __kernel void masked_softmax_backward_rows(__global const float *y, int y_off,
     __global const int *mrow = clattn_mask_row(mask, mask_off, ms, d0, d1, q);
     __global const float *yr = y + y_off + (size_t)r * K, *dyr = dy + dy_off + (size_t)r * K;
     __global float *dxr = dx + dx_off + (size_t)r * K;
-    floatV sv = (floatV)(0.0f);
+    floatV tot = (floatV)(0.0f), comp = (floatV)(0.0f);
     float s = 0.0f;
-    for (k = 0; k < kv; k += VW)
-        sv = fma(vloadV_f(yr + k), vloadV_f(dyr + k), sv);
+    for (k = 0; k < kv;) {
+        floatV sb = (floatV)(0.0f);
+        for (int end = block_end(k, kv); k < end; k += VW)
+            sb = fma(vloadV_f(yr + k), vloadV_f(dyr + k), sb);
+        kahan_addV(&tot, &comp, sb);
+    }
     for (; k < K; k++)
         s = fma(yr[k], dyr[k], s);
-    s += hsum(sv);
+    s += hsum(tot - comp);
     for (k = 0; k < kv; k += VW) {
         floatV g = vloadV_f(yr + k) * (vloadV_f(dyr + k) - (floatV)(s));
         vstoreV_f(select((floatV)(0.0f), g, open_vec(k, lo, limit, mrow, ms.w)), dxr + k);
@@ -581,17 +622,21 @@ void masked_softmax_backward_wg(__global const float *y, int y_off, __global con
     __global const int *mrow = clattn_mask_row(mask, mask_off, ms, d0, d1, q);
     __global const float *yr = y + y_off + (size_t)r * K, *dyr = dy + dy_off + (size_t)r * K;
     __global float *dxr = dx + dx_off + (size_t)r * K;
-    float s = 0.0f;
-    for (int k = t; k < K; k += WG)
-        s = fma(yr[k], dyr[k], s);
-    red[t] = s;
+    float tot = 0.0f, comp = 0.0f;
+    for (int k = t; k < K;) {
+        float sb = 0.0f;
+        for (int n = 0; n < SUM_BLOCK && k < K; n++, k += WG)
+            sb = fma(yr[k], dyr[k], sb);
+        kahan_add(&tot, &comp, sb);
+    }
+    red[t] = tot - comp;
     barrier(CLK_LOCAL_MEM_FENCE);
     for (int w = WG / 2; w > 0; w >>= 1) {
         if (t < w)
             red[t] += red[t + w];
         barrier(CLK_LOCAL_MEM_FENCE);
     }
-    s = red[0];
+    float s = red[0];
     for (int k = t; k < K; k += WG) {
         float g = yr[k] * (dyr[k] - s);
         dxr[k] = clattn_open(k, lo, limit, mrow, ms.w) ? g : 0.0f;

@@ -530,8 +530,61 @@ static void test_row_bounds_int_limits(void **s)
     clReleaseProgram(prog);
 }
 
+/* One row of 2^24 + 3 keys, forward and backward: a float32 lane sum of that many like terms
+ * drifts by about 1e-4 (and stops growing at 2^24 of them), so the kernels sum in blocks
+ * (softmax.cl); before they did, this row's weights were off by 7.5e-5 relative. Weights
+ * against the reference at SM_RTOL; gradients, from the op's own weights, against
+ * test_backward.c's scale. 64 MiB per operand: not in
+ * CLATTN_TEST_SMALL runs. */
+static void test_long_row(void **s)
+{
+    (void)s;
+    if (h_small())
+        skip();
+    const size_t K = (1u << 24) + 3, dims[2] = {1, K};
+    float *x = malloc(K * 4), *dy = malloc(K * 4);
+    double *ref = malloc(K * 8), *sc = malloc(K * 8);
+    h_fill(x, K, -2, 0);
+    h_fill(dy, K, 0.5, 1.5); /* one sign: y . dy grows along the row as the sum does */
+    double m = -INFINITY, sum = 0;
+    for (size_t k = 0; k < K; k++)
+        m = fmax(m, x[k]);
+    for (size_t k = 0; k < K; k++)
+        sum += exp(x[k] - m);
+    for (size_t k = 0; k < K; k++)
+        ref[k] = exp(x[k] - m) / sum;
+    h_mask hm;
+    h_mask_spec none;
+    memset(&none, 0, sizeof none);
+    h_mask_make(&hm, &none, 2, dims);
+    clattn_tensor tx = h_tensor(CLATTN_FLOAT32, 2, dims, x);
+    clattn_tensor ty = h_tensor(CLATTN_FLOAT32, 2, dims, NULL);
+    clattn_tensor tdy = h_tensor(CLATTN_FLOAT32, 2, dims, dy);
+    clattn_tensor tdx = h_tensor(CLATTN_FLOAT32, 2, dims, NULL);
+    h_poison(&ty);
+    h_poison(&tdx);
+    if (clattn_masked_softmax(h_ctx, &tx, &hm.m, &ty) != CLATTN_SUCCESS)
+        fail_msg("masked_softmax: %s", clattn_last_error(h_ctx));
+    if (clattn_masked_softmax_backward(h_ctx, &ty, &tdy, &hm.m, &tdx) != CLATTN_SUCCESS)
+        fail_msg("masked_softmax_backward: %s", clattn_last_error(h_ctx));
+    float *y = h_read(&ty), *dx = h_read(&tdx);
+    /* no absolute part: SM_ATOL would be 2% of these weights (about 6e-8 each) */
+    h_assert_close(y, ref, K, SM_RTOL, 0.0, "softmax, one row of 2^24 + 3 keys");
+    double *yd = ref_to_double(y, K), *dyd = ref_to_double(dy, K);
+    ref_masked_softmax_backward(&hm.r, yd, dyd, ref, sc);
+    /* y (dy - s) rounds twice, 2 ulp of the scale; 4 ulp (2.4e-7) leaves the sum s 2 more: a lane
+     * sum of 2^20 terms was off by 5.6e-7 of the scale here, the blocked one by 3.5e-8 */
+    h_assert_scaled(dx, ref, sc, K, 2.4e-7, "softmax backward, one row of 2^24 + 3 keys");
+    clattn_tensor *ts[] = {&tx, &ty, &tdy, &tdx};
+    for (size_t i = 0; i < 4; i++)
+        clattn_tensor_release(ts[i]);
+    h_mask_free(&hm);
+    free(x); free(dy); free(ref); free(sc); free(y); free(dx); free(yd); free(dyd);
+}
+
 /* A row of 2^31 - 16 float16 keys (the longest whose vector loops' steps pass INT_MAX), in place:
- * every score -inf but two 0s, near each end, so the weights are 0.5 there and 0 elsewhere;
+ * every score -inf but two 0s, near each end, so the weights are 0.5 there and 0 elsewhere (then
+ * as bfloat16, every score 0);
  * the GPU variant's strided items refuse the row untouched. 4 GiB: only with CLATTN_TEST_HUGE=1
  * (meson's softmax-huge, suite fuzz: CI's long checks). */
 static void test_huge_row(void **s)
@@ -566,6 +619,21 @@ static void test_huge_row(void **s)
                 fail_msg("weight %zu: %g, expected %g", off + i, w, want);
         }
     }
+    /* the same buffer as bfloat16, every score 0: every weight 1 / K (0x3000 rounded), which a
+     * lane sum of 2^27 ones (stuck at 2^24) made 2^-28 */
+    clattn_tensor xb = clattn_view(x.buf, CLATTN_BFLOAT16, 0, 2, dims);
+    assert_int_equal(clattn_tensor_fill(h_ctx, &xb, 0.0f), CLATTN_SUCCESS);
+    if (clattn_masked_softmax(h_ctx, &xb, NULL, &xb) != CLATTN_SUCCESS)
+        fail_msg("masked_softmax (bfloat16): %s", clattn_last_error(h_ctx));
+    unsigned short want_b = clattn_float_to_bfloat16((float)(1.0 / (double)K));
+    for (int end = 0; end < 2; end++) {
+        clattn_tensor v = clattn_view(x.buf, CLATTN_BFLOAT16, end ? K - 64 : 0, 1, edge_dims);
+        assert_int_equal(clattn_tensor_read_blocking(h_ctx, &v, got), CLATTN_SUCCESS);
+        for (size_t i = 0; i < 64; i++)
+            if (got[i] != want_b)
+                fail_msg("bfloat16 weight %zu: 0x%04x, expected 0x%04x", (end ? K - 64 : 0) + i,
+                         got[i], want_b);
+    }
     clattn_tensor_release(&x);
 }
 
@@ -582,6 +650,7 @@ int main(void)
         cmocka_unit_test(test_views),
         cmocka_unit_test(test_16bit_bad_input),
         cmocka_unit_test(test_row_bounds_int_limits),
+        cmocka_unit_test(test_long_row),
         cmocka_unit_test(test_huge_row),
     };
     return cmocka_run_group_tests(tests, h_setup, h_teardown);
