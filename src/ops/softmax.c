@@ -76,10 +76,13 @@ fail:
 }
 
 /* Loop iterations of one masked_softmax_wg work-item (kernels/softmax.cl) for rows of K keys,
- * counted as clattn__loop_budget asks: three strided passes and two tree reductions. */
+ * counted as clattn__loop_budget asks: three strided passes, the sum's in blocks of SUM_BLOCK of
+ * the item's keys (an outer iteration and an inner exit each), and two tree reductions. */
+#define SUM_BLOCK 256 /* kernels/softmax.cl's */
 static long wg_loops(int K, int WG)
 {
-    long passes = 3 * (((long)K + WG - 1) / WG + 1), steps = 1; /* K may be near INT_MAX */
+    long n = ((long)K + WG - 1) / WG; /* K may be near INT_MAX */
+    long passes = 3 * (n + 1) + 2 * (n / SUM_BLOCK + 1), steps = 1;
     for (int w = WG; w > 1; w /= 2)
         steps++;
     return passes + 2 * steps + 4;
