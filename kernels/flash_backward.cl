@@ -26,7 +26,9 @@
  * probability there is 0 (lse > fill + NEGLIGIBLE) and no operand it would multiply by that 0
  * holds a NaN or an infinity (the rows' Q and dout, the block's K): then it is skipped, which is
  * where causal and windowed attention save their work. Otherwise it is computed like any other,
- * so NaN and infinity spread exactly as through the unfused chain's products. */
+ * so NaN and infinity spread as through the unfused chain's products, but for D: with an
+ * infinity in a row of dout, dout . out can be +-inf where the chain's sum over every key of
+ * P dP is NaN (README: the fused backward). */
 #include "common.cl"
 
 #ifndef QR
