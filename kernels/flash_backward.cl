@@ -26,9 +26,8 @@
  * probability there is 0 (lse > fill + NEGLIGIBLE) and no operand it would multiply by that 0
  * holds a NaN or an infinity (the rows' Q and dout, the block's K): then it is skipped, which is
  * where causal and windowed attention save their work. Otherwise it is computed like any other,
- * so NaN and infinity spread as through the unfused chain's products, but for D: with an
- * infinity in a row of dout, dout . out can be +-inf where the chain's sum over every key of
- * P dP is NaN (README: the fused backward). */
+ * so NaN and infinity spread exactly as through the unfused chain's products (a row with a NaN
+ * or an infinity in Q or dout takes D as the chain sums it, flash_bwd_rows). */
 #include "common.cl"
 
 #ifndef QR
@@ -127,7 +126,8 @@ static inline float bwd_score(__global const float *qr, __global const float *kr
     return s;
 }
 
-/* Per query row: D = dout . out (rows[d_off + bb nq + q]), flags (an int at rows[bad_off +
+/* Per query row: D = dout . out, or for a row with a NaN or an infinity in Q or dout the chain's
+ * sum over every key of P dP (rows[d_off + bb nq + q]), flags (an int at rows[bad_off +
  * bb nq + q]) and what its probabilities are recomputed from, P = exp((S - off) - ext) (rows at
  * off_off and ext_off): off = lse and ext = 0, or, where lse is too coarse (clattn_lse_coarse),
  * the row's own maximum score and the log of its sum, from one pass over its keys. Flags:
@@ -139,6 +139,7 @@ static inline float bwd_score(__global const float *qr, __global const float *kr
 #define ROW_BLOCKED 2
 __kernel void flash_bwd_rows(__global const float *Q, int4 ql, __global const float *dO, int4 dol,
                              __global const float *O, int4 ol, __global const float *K, int4 kl,
+                             __global const float *V, int4 vl,
                              __global const float *lse, int lse_off, int nq, int nk, int d, int dv,
                              __global float *rows, int d_off, int bad_off, int off_off,
                              int ext_off, float scale, FLASH_MASK_PARAMS, FLASH_DROP_PARAMS)
@@ -164,10 +165,10 @@ __kernel void flash_bwd_rows(__global const float *Q, int4 ql, __global const fl
     rows[d_off + i] = s;
     ((__global int *)rows)[bad_off + i] = (bad ? ROW_NONFINITE : 0) | (open ? 0 : ROW_BLOCKED);
     float lz = lse[lse_off + i], m = lz, l = 1.0f;
+    int kb = d0 * (D1 / G) + d1 / G, diag = (q - nq) + nk; /* no int overflow */
+    __global const float *brow = clattn_bias_row(bias, bias_off, bs, d0, d1, q);
+    float slope = clattn_slope(slopes, slopes_off, ss, d0, d1);
     if (clattn_lse_coarse(lz) && open) {
-        int kb = d0 * (D1 / G) + d1 / G, diag = (q - nq) + nk; /* no int overflow */
-        __global const float *brow = clattn_bias_row(bias, bias_off, bs, d0, d1, q);
-        float slope = clattn_slope(slopes, slopes_off, ss, d0, d1);
         m = -INFINITY;
         l = 0.0f;
         for (int pass = 0; pass < 2; pass++) /* the maximum, then the sum */
@@ -184,6 +185,29 @@ __kernel void flash_bwd_rows(__global const float *Q, int4 ql, __global const fl
     }
     rows[off_off + i] = m;
     rows[ext_off + i] = log(l); /* 0 for l = 1 */
+    if (!bad)
+        return;
+    /* A row with a NaN or an infinity in Q or dout: D as the chain sums it, over every key of
+     * P dP (its non-finite terms decide NaN against +-inf: infinities of both signs, 0 x inf at a
+     * blocked key), each P as bwd_probs computes it. */
+    float ext = log(l), D = 0.0f;
+    for (int k = 0; k < nk; k++) {
+        float sc = clattn_open(k, lo, limit, mrow, ms.w)
+                       ? bwd_score(qr, K + bwd_at(kl, D1 / G, kb, k), d, scale, brow, bs.w, k,
+                                   slopes != 0, slope, diag - k)
+                       : fill;
+        float p = !open && fill != -INFINITY ? 1.0f / nk : clattn_exp_neg((sc - m) - ext);
+        __global const float *vr = V + bwd_at(vl, D1 / G, kb, k);
+        float dp = 0.0f;
+        for (int c = 0; c < dv; c++)
+            dp = fma(gr[c], vr[c], dp);
+        if (drop)
+            dp *= clattn_dropout_keep(((ulong)bb * nq + q) * nk + k, seed, offset, threshold)
+                      ? dscale
+                      : 0.0f;
+        D = fma(p, dp, D);
+    }
+    rows[d_off + i] = D;
 }
 
 /* dQ row (bb, q) = the sum over chunks c of part[c][bb][q] ((nchunk, nb, nq, d) contiguous), in

@@ -825,6 +825,10 @@ static void test_backward_nonfinite(void **s)
         {2, 70, 70, 8, {.causal = 1}, 'v', 1, inf},
         {2, 70, 70, 8, {.causal = 1}, 'o', 0, inf},
         {2, 70, 70, 8, {.causal = 1}, 'o', 69, nan},
+        /* an infinity in dout where the row sees many keys: dP of both signs, D NaN in the chain
+         * (dout . out would be +-inf); with blocked keys, 0 x inf there */
+        {2, 70, 70, 8, {0}, 'o', 5, inf},
+        {2, 70, 70, 8, {.causal = 1, .fill = -INFINITY}, 'o', 45, -inf},
         {3, 70, 70, 8, {.causal = 1, .fill = -INFINITY}, 'k', 69, inf},
         /* two K/V heads, the value in the first: each head's blocks keep their own flags */
         {4, 70, 70, 8, {.causal = 1}, 'k', 66, -inf, 0, 2},
@@ -848,9 +852,9 @@ static void test_backward_nonfinite(void **s)
          * 5e-4, would be the weights' error */
         {2, 30, 40, 8, {.bias_rank = 2, .bias_dims = {30, 40}, .bias_row_fill = 1e4f}, 0, 0, 0},
     };
-    /* under Oclgrind (CLATTN_TEST_SMALL) one case of each kind: Q, K, V, dout, blocked rows,
-     * coarse LSEs */
-    static const int small[] = {0, 2, 4, 6, 12, 16, 20};
+    /* under Oclgrind (CLATTN_TEST_SMALL) one case of each kind: Q, K, V, dout (one key and
+     * many), blocked rows, large logits, coarse LSEs */
+    static const int small[] = {0, 2, 4, 6, 8, 14, 18, 22};
     size_t n = h_small() ? sizeof small / sizeof small[0] : sizeof cs / sizeof cs[0];
     for (size_t i = 0; i < n; i++)
         run_nf(&cs[h_small() ? (size_t)small[i] : i]);

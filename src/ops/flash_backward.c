@@ -66,10 +66,11 @@ clattn_status clattn__enqueue_flash_backward(clattn_context *ctx, const clattn_t
     CHECK_ST(clattn__launch(ctx, kp, 2, pg, NULL, "flash_bwd_pack"));
     CHECK_ST(clattn__set_args(ctx, kr, "flash_bwd_rows", ARG(o->Q.buf), ARG(o->Q.l),
                               ARG(o->dout.buf), ARG(o->dout.l), ARG(o->out.buf), ARG(o->out.l),
-                              ARG(o->K.buf), ARG(o->K.l), ARG(o->lse.buf), ARG(o->lse.off),
-                              ARG(a.nq), ARG(a.nk), ARG(d), ARG(dv), ARG(buf), ARG(d_off),
-                              ARG(bad_off), ARG(off_off), ARG(ext_off), ARG(a.scale), ARGS_END));
-    CHECK_ST(clattn__flash_set_tail(ctx, kr, 20, m, &a));
+                              ARG(o->K.buf), ARG(o->K.l), ARG(o->V.buf), ARG(o->V.l),
+                              ARG(o->lse.buf), ARG(o->lse.off), ARG(a.nq), ARG(a.nk), ARG(d),
+                              ARG(dv), ARG(buf), ARG(d_off), ARG(bad_off), ARG(off_off),
+                              ARG(ext_off), ARG(a.scale), ARGS_END));
+    CHECK_ST(clattn__flash_set_tail(ctx, kr, 22, m, &a));
     CHECK_ST(clattn__launch(ctx, kr, 2, rg, NULL, "flash_bwd_rows"));
     /* one chunk writes dQ itself; several write (nchunk, nb, nq, d) partials */
     clattn_flash_operand dq = o->dQ;
