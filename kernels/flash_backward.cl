@@ -162,52 +162,53 @@ __kernel void flash_bwd_rows(__global const float *Q, int4 ql, __global const fl
     for (int e = 0; e < d; e++)
         bad |= clattn_nonfinite(qr[e]);
     size_t i = (size_t)bb * nq + q;
-    rows[d_off + i] = s;
     ((__global int *)rows)[bad_off + i] = (bad ? ROW_NONFINITE : 0) | (open ? 0 : ROW_BLOCKED);
     float lz = lse[lse_off + i], m = lz, l = 1.0f;
     int kb = d0 * (D1 / G) + d1 / G, diag = (q - nq) + nk; /* no int overflow */
     __global const float *brow = clattn_bias_row(bias, bias_off, bs, d0, d1, q);
     float slope = clattn_slope(slopes, slopes_off, ss, d0, d1);
+/* key k's masked score, as bwd_probs computes it */
+#define ROW_SCORE(k)                                                                             \
+    (clattn_open(k, lo, limit, mrow, ms.w)                                                       \
+         ? bwd_score(qr, K + bwd_at(kl, D1 / G, kb, k), d, scale, brow, bs.w, k, slopes != 0,   \
+                     slope, diag - (k))                                                          \
+         : fill)
     if (clattn_lse_coarse(lz) && open) {
         m = -INFINITY;
         l = 0.0f;
         for (int pass = 0; pass < 2; pass++) /* the maximum, then the sum */
             for (int k = 0; k < nk; k++) {
-                float s = clattn_open(k, lo, limit, mrow, ms.w)
-                              ? bwd_score(qr, K + bwd_at(kl, D1 / G, kb, k), d, scale, brow,
-                                          bs.w, k, slopes != 0, slope, diag - k)
-                              : fill;
+                float sk = ROW_SCORE(k);
                 if (pass == 0)
-                    m = fmax(m, s);
+                    m = fmax(m, sk);
                 else
-                    l += clattn_exp_neg(s - m);
+                    l += clattn_exp_neg(sk - m);
             }
     }
+    float ext = log(l); /* 0 for l = 1 */
     rows[off_off + i] = m;
-    rows[ext_off + i] = log(l); /* 0 for l = 1 */
-    if (!bad)
-        return;
+    rows[ext_off + i] = ext;
     /* A row with a NaN or an infinity in Q or dout: D as the chain sums it, over every key of
      * P dP (its non-finite terms decide NaN against +-inf: infinities of both signs, 0 x inf at a
      * blocked key), each P as bwd_probs computes it. */
-    float ext = log(l), D = 0.0f;
-    for (int k = 0; k < nk; k++) {
-        float sc = clattn_open(k, lo, limit, mrow, ms.w)
-                       ? bwd_score(qr, K + bwd_at(kl, D1 / G, kb, k), d, scale, brow, bs.w, k,
-                                   slopes != 0, slope, diag - k)
-                       : fill;
-        float p = !open && fill != -INFINITY ? 1.0f / nk : clattn_exp_neg((sc - m) - ext);
-        __global const float *vr = V + bwd_at(vl, D1 / G, kb, k);
-        float dp = 0.0f;
-        for (int c = 0; c < dv; c++)
-            dp = fma(gr[c], vr[c], dp);
-        if (drop)
-            dp *= clattn_dropout_keep(((ulong)bb * nq + q) * nk + k, seed, offset, threshold)
-                      ? dscale
-                      : 0.0f;
-        D = fma(p, dp, D);
+    if (bad) {
+        s = 0.0f;
+        for (int k = 0; k < nk; k++) {
+            float p = !open && fill != -INFINITY ? 1.0f / nk
+                                                 : clattn_exp_neg((ROW_SCORE(k) - m) - ext);
+            __global const float *vr = V + bwd_at(vl, D1 / G, kb, k);
+            float dp = 0.0f;
+            for (int c = 0; c < dv; c++)
+                dp = fma(gr[c], vr[c], dp);
+            if (drop)
+                dp *= clattn_dropout_keep(((ulong)bb * nq + q) * nk + k, seed, offset, threshold)
+                          ? dscale
+                          : 0.0f;
+            s = fma(p, dp, s);
+        }
     }
-    rows[d_off + i] = D;
+#undef ROW_SCORE
+    rows[d_off + i] = s;
 }
 
 /* dQ row (bb, q) = the sum over chunks c of part[c][bb][q] ((nchunk, nb, nq, d) contiguous), in

@@ -11,9 +11,10 @@
  *   far, exactly one of the inputs, and s = sum_i exp(l_i - m), so that no rounded m + log(s) is
  *   ever fed back. sin NULL: a is one range, with m = la, s = 1 (0 when la is -inf: empty).
  * - b NULL: o and lo from a alone (one range): a and la as they are unless la is -inf (o 0 x a,
- *   lo -inf), NaN or +inf (o and lo NaN: its weight exp(la - la) is NaN). Else o and, from the items of column 0, sout and lo (each
- *   NULL when not wanted) are the merge of the running one with range b. o may be a itself (each
- *   element is read before it is written), sout never sin.
+ *   lo -inf), NaN or +inf (o and lo NaN: its weight exp(la - la) is NaN). Else o and, from the
+ *   items of column 0, sout and lo (each NULL when not wanted) are the merge of the running one
+ *   with range b. o may be a itself (each element is read before it is written), sout never
+ *   sin.
  * Numerics: the max-subtraction keeps every exponent <= 0. A range whose LSE is -inf adds
  * nothing, not 0 * NaN: either it has no keys (decode's and varlen's output 0) or every key was
  * blocked with fill -inf (output NaN). When every range so far is empty the LSE is -inf and the
