@@ -147,6 +147,32 @@ static inline int clattn_nonfinite16(float16 x)
     return any((as_uint16(x) & (uint16)(0x7f800000u)) == (uint16)(0x7f800000u));
 }
 
+/* A compensated (Kahan) running total: tot = tot * f + x, with comp carrying what the additions
+ * rounded off (scaled with the total by f, the online softmax's correction). A fused kernel sums
+ * each block of keys from 0 and adds the block here: an uncompensated total of a long row drifts
+ * (32M keys of like terms summed 15% low), a compensated one stays as exact as one block. No
+ * correction once the total is not finite: inf - inf would make an infinite total NaN. */
+static inline void clattn_kahan(float *tot, float *comp, float f, float x)
+{
+    float t0 = *tot * f, y = x - *comp * f, t = t0 + y;
+    *comp = fabs(t) < INFINITY ? (t - t0) - y : 0.0f;
+    *tot = t;
+}
+
+static inline void clattn_kahan4(float4 *tot, float4 *comp, float f, float4 x)
+{
+    float4 t0 = *tot * f, y = x - *comp * f, t = t0 + y;
+    *comp = fabs(t) < (float4)(INFINITY) ? (t - t0) - y : (float4)(0.0f);
+    *tot = t;
+}
+
+static inline void clattn_kahan16(float16 *tot, float16 *comp, float f, float16 x)
+{
+    float16 t0 = *tot * f, y = x - *comp * f, t = t0 + y;
+    *comp = fabs(t) < (float16)(INFINITY) ? (t - t0) - y : (float16)(0.0f);
+    *tot = t;
+}
+
 /* The factor 2^-J by which a fused kernel's row scales its weights when its unnormalised sums
  * overflowed (values within a factor n of FLT_MAX): each of the row's n weights is at most wmax
  * (1, or dropout's 1 / (1 - p)), so the scaled ones sum to at most 1/4 and the sums stay below

@@ -316,17 +316,26 @@ static inline float16 skipped16(__global const float *vt, __global const float *
 
 /* A work-item's row group: its QR rows (rows past nq recompute the last one), each row's open
  * keys [lo, limit), over the group the highest and lowest limit and lo, and the online softmax's
- * state between key blocks: running maxima m, sums l and unnormalised outputs acc; done once the
- * group has skipped the rest of the keys. sh: each row's weight factor (1, or its overflow shift
- * when the item redoes it, see flash_cpu), shifted: whether some row's is not 1. */
+ * state between key blocks: running maxima m, sums l (compensated totals of the blocks' sums, lc
+ * what they rounded off) and the unnormalised outputs of the last `pending` blocks, acc (each
+ * block rescaled to the maximum; cdp: the corrections since they began), which cpu_flush adds
+ * into the group's totals; done once the group has skipped the rest of the keys. sh: each
+ * row's weight factor (1, or its overflow shift when the item redoes it, see flash_cpu),
+ * shifted: whether some row's is not 1. */
 typedef struct {
-    float16 acc[QR][NVD], l[QR];
-    float m[QR], sh[QR];
+    float16 acc[QR][NVD], l[QR], lc[QR];
+    float m[QR], cdp[QR], sh[QR];
     int row[QR], limit[QR], lo[QR];
-    int max_limit, min_limit, max_lo, min_lo, done, shifted;
+    int max_limit, min_limit, max_lo, min_lo, done, shifted, pending;
 } cpu_group;
 
-TILE_INLINE void cpu_group_init(cpu_group *g, int row0, int nq, int nk, int d0,
+/* A row group's unnormalised outputs up to its last flush (cpu_flush), apart from the group's
+ * state that every block touches. */
+typedef struct {
+    float16 tot[QR][NVD];
+} cpu_total;
+
+TILE_INLINE void cpu_group_init(cpu_group *g, cpu_total *t, int row0, int nq, int nk, int d0,
                                   __global const int *lens, int lens_off, int lens_mode, int4 win,
                                   const float *sh)
 {
@@ -336,6 +345,7 @@ TILE_INLINE void cpu_group_init(cpu_group *g, int row0, int nq, int nk, int d0,
     g->min_lo = nk;
     g->done = 0;
     g->shifted = 0;
+    g->pending = 0;
     #pragma unroll
     for (int r = 0; r < QR; r++) {
         int q = min(row0 + r, nq - 1);
@@ -343,9 +353,13 @@ TILE_INLINE void cpu_group_init(cpu_group *g, int row0, int nq, int nk, int d0,
         g->shifted |= sh[r] != 1.0f;
         g->m[r] = -INFINITY;
         g->l[r] = (float16)(0.0f);
+        g->lc[r] = (float16)(0.0f);
+        g->cdp[r] = 1.0f;
         #pragma unroll
-        for (int c = 0; c < NVD; c++)
+        for (int c = 0; c < NVD; c++) {
             g->acc[r][c] = (float16)(0.0f);
+            t->tot[r][c] = (float16)(0.0f);
+        }
         g->row[r] = q;
         g->limit[r] = clattn_row_limit(d0, q, nk, lens, lens_off, lens_mode, nq, win);
         g->lo[r] = clattn_row_lo(q, nk, win);
@@ -491,28 +505,25 @@ TILE_INLINE void cpu_shift(float16 pb[QR][NKV], float16 *ps, const float *sh)
     }
 }
 
-/* The rows' sums l rescaled by their corrections and raised by the block's ps; cd becomes the
- * corrections themselves (1 when no maximum grew: no exponentials then). */
-TILE_INLINE void cpu_sums(float16 *l, const float16 *ps, float cd[16], int grew)
+/* The rows' sums l (compensations lc) rescaled by their corrections and raised by the block's
+ * ps; cd becomes the corrections themselves (1 when no maximum grew: no exponentials then). */
+TILE_INLINE void cpu_sums(float16 *l, float16 *lc, const float16 *ps, float cd[16], int grew)
 {
-    if (grew) {
+    if (grew)
         CORR_EXP(cd);
-        #pragma unroll
-        for (int r = 0; r < QR; r++)
-            l[r] = fma(l[r], (float16)(cd[r]), ps[r]);
-    } else {
-        #pragma unroll
-        for (int r = 0; r < QR; r++) {
-            l[r] += ps[r];
+    #pragma unroll
+    for (int r = 0; r < QR; r++) {
+        if (!grew)
             cd[r] = 1.0f;
-        }
+        clattn_kahan16(&l[r], &lc[r], cd[r], ps[r]);
     }
 }
 
 /* acc = acc * cd + P V over the block's keys [klo, khi) (vb: the block's first value row, rows
- * vstride apart). NVC output vectors of the QR rows at a time stay in registers over the keys. */
+ * vstride apart), the block's sum from 0 (the rescale's multiply becomes the fma). NVC output
+ * vectors of the QR rows at a time stay in registers over the keys. */
 TILE_INLINE void cpu_pv(float16 acc_mem[QR][NVD], float16 pb[QR][NKV], const float cd[16],
-                          __global const float *vb, int vstride, int klo, int khi)
+                        __global const float *vb, int vstride, int klo, int khi)
 {
     #pragma unroll 1
     for (int c0 = 0; c0 < NVD; c0 += NVC) {
@@ -521,27 +532,53 @@ TILE_INLINE void cpu_pv(float16 acc_mem[QR][NVD], float16 pb[QR][NKV], const flo
         for (int r = 0; r < QR; r++)
             #pragma unroll
             for (int c = 0; c < NVC; c++)
-                acc[r][c] = acc_mem[r][c0 + c] * (float16)(cd[r]);
+                acc[r][c] = (float16)(0.0f);
         tile_rows_fma(acc, pb, vb + 16 * c0, vstride, klo, khi);
         #pragma unroll
         for (int r = 0; r < QR; r++)
             #pragma unroll
             for (int c = 0; c < NVC; c++)
-                acc_mem[r][c0 + c] = acc[r][c];
+                acc_mem[r][c0 + c] = fma(acc_mem[r][c0 + c], (float16)(cd[r]), acc[r][c]);
     }
+}
+
+/* The group's last blocks' outputs acc added into its totals t, the totals first rescaled by
+ * the corrections since those blocks began; acc keeps what the addition rounded off (Knuth's
+ * TwoSum, exact), so that the next blocks carry it on, rescaled with them: the totals are
+ * compensated with no array of compensations (flash_cpu's private memory is the stack's, and a
+ * GPU compiler's stack frame limit is near). Every FLUSH blocks: a sum kept block by block drifts
+ * over millions of keys, and compensating every block cost 6-7% at N 2048 (BENCHMARKS.md). No
+ * remainder once the total is not finite: it would be NaN. */
+#ifndef FLUSH
+#define FLUSH 16
+#endif
+TILE_INLINE void cpu_flush(cpu_group *g, cpu_total *t)
+{
+    #pragma unroll
+    for (int r = 0; r < QR; r++) {
+        #pragma unroll
+        for (int c = 0; c < NVD; c++) {
+            float16 a = t->tot[r][c] * (float16)(g->cdp[r]), b = g->acc[r][c], s = a + b;
+            float16 bv = s - a, err = (a - (s - bv)) + (b - bv);
+            t->tot[r][c] = s;
+            g->acc[r][c] = fabs(s) < (float16)(INFINITY) ? err : (float16)(0.0f);
+        }
+        g->cdp[r] = 1.0f;
+    }
+    g->pending = 0;
 }
 
 /* Gives each row of the item's groups (from row0) whose sum or outputs are not finite the factor
  * `shift`; returns whether there was one. */
-TILE_INLINE int cpu_mark_overflow(const cpu_group *grp, float sh[QG][QR], float shift, int row0,
-                                  int nq)
+TILE_INLINE int cpu_mark_overflow(const cpu_group *grp, const cpu_total *tt, float sh[QG][QR],
+                                  float shift, int row0, int nq)
 {
     int any = 0;
     for (int gi = 0; gi < QG && row0 + gi * QR < nq; gi++) {
         for (int r = 0; r < QR; r++) {
             int bad = clattn_nonfinite16(grp[gi].l[r]);
             for (int c = 0; c < NVD; c++)
-                bad |= clattn_nonfinite16(grp[gi].acc[r][c]);
+                bad |= clattn_nonfinite16(tt[gi].tot[r][c]);
             if (bad)
                 sh[gi][r] = shift;
             any |= bad;
@@ -550,9 +587,9 @@ TILE_INLINE int cpu_mark_overflow(const cpu_group *grp, float sh[QG][QR], float 
     return any;
 }
 
-/* The group's normalised outputs (and log-sum-exps when lse) for its rows below nq; the padding
- * columns past dv stay unwritten. */
-TILE_INLINE void cpu_store(const cpu_group *g, int row0, int nq, int dv, __global OTYPE *O,
+/* The group's normalised outputs (totals t; and log-sum-exps when lse) for its rows below nq; the
+ * padding columns past dv stay unwritten. */
+TILE_INLINE void cpu_store(const cpu_group *g, const cpu_total *t, int row0, int nq, int dv, __global OTYPE *O,
                            int4 ol, int D1, int bb, __global float *lse, int lse_off, int2 lse_s)
 {
     #pragma unroll
@@ -566,7 +603,7 @@ TILE_INLINE void cpu_store(const cpu_group *g, int row0, int nq, int dv, __globa
         __global OTYPE *o = O + flash_at(ol, D1, bb, g->row[r]);
         #pragma unroll
         for (int c = 0; c < NVD; c++) {
-            float16 x = g->acc[r][c] * (float16)(inv);
+            float16 x = t->tot[r][c] * (float16)(inv);
             if (16 * c + 16 <= dv) {
                 CLATTN_STORE16(OT, x, o + 16 * c);
             } else {
@@ -612,6 +649,7 @@ __kernel void flash_cpu(__global const float *Q, int4 ql, __global const float *
     const float negligible = fill + NEGLIGIBLE;
     const float slope = clattn_slope(slopes, slopes_off, ss, d0, d1);
     cpu_group grp[QG]; /* in memory; one group's scores and outputs at a time in registers */
+    cpu_total tt[QG];
     float sh[QG][QR];  /* the rows' weight factors */
     for (int gi = 0; gi < QG; gi++)
         for (int r = 0; r < QR; r++)
@@ -621,7 +659,7 @@ __kernel void flash_cpu(__global const float *Q, int4 ql, __global const float *
         int first = nblk - 1, last_first = 0; /* the lowest and highest of the groups' firsts */
         int gfirst[QG];
         for (int gi = 0; gi < QG; gi++) {
-            cpu_group_init(&grp[gi], (item * QG + gi) * QR, nq, nk, d0, lens, lens_off, lens_mode,
+            cpu_group_init(&grp[gi], &tt[gi], (item * QG + gi) * QR, nq, nk, d0, lens, lens_off, lens_mode,
                            win, sh[gi]);
             gfirst[gi] = min(grp[gi].min_lo / KB, nblk - 1);
             first = min(first, gfirst[gi]);
@@ -695,7 +733,7 @@ __kernel void flash_cpu(__global const float *Q, int4 ql, __global const float *
                             pb[r][j] = drop16(pb[r][j], ((ulong)bb * nq + g->row[r]) * nk + kbase +
                                               16 * j, seed, offset, threshold, dscale);
                 }
-                cpu_sums(g->l, ps, cd, grew);
+                cpu_sums(g->l, g->lc, ps, cd, grew);
                 /* P V over the keys some row of the group sees, when the others (below every row's
                  * window, past every row's limit) weigh exactly 0 and their value rows are finite:
                  * then their products are all 0 and skipping them changes nothing. The window's
@@ -707,16 +745,22 @@ __kernel void flash_cpu(__global const float *Q, int4 ql, __global const float *
                     khi = clamp(g->max_limit - kbase, klo, KB);
                 }
                 cpu_pv(g->acc, pb, cd, vb, vl.w, klo, khi);
+                for (int r = 0; r < QR; r++)
+                    g->cdp[r] *= cd[r];
+                if (++g->pending == FLUSH)
+                    cpu_flush(g, &tt[gi]);
             }
             if (!any)
                 break;
         }
-        if (pass || !cpu_mark_overflow(grp, sh, clattn_overflow_shift(nk, drop ? dscale : 1.0f),
+        for (int gi = 0; gi < QG; gi++)
+            cpu_flush(&grp[gi], &tt[gi]);
+        if (pass || !cpu_mark_overflow(grp, tt, sh, clattn_overflow_shift(nk, drop ? dscale : 1.0f),
                                        item * QG * QR, nq))
             break;
     }
     for (int gi = 0; gi < QG; gi++)
-        cpu_store(&grp[gi], (item * QG + gi) * QR, nq, dv, O, ol, D1, bb, lse, lse_off, lse_s);
+        cpu_store(&grp[gi], &tt[gi], (item * QG + gi) * QR, nq, dv, O, ol, D1, bb, lse, lse_off, lse_s);
 }
 
 /* ---- GPU shape: flash_gpu and its steps ---- */
@@ -748,28 +792,36 @@ static inline void gpu_load_q(float4 *q, __global const QTYPE *qrow, int d)
         ((float *)q)[e] = e < d ? CLATTN_LOAD(QT, qrow + e) : 0.0f;
 }
 
-/* The online softmax's state: empty, or (resume) as the launch before left it (see flash_gpu).
- * *sh: the row's weight factor, `shift` when the saved sum's sign says the launch before used
- * it or when `redo` asks for it (the saved sum and outputs then scaled to it), else 1. */
-static inline void gpu_resume(float4 *acc, float *m, float *l, float *sh, float shift, int redo,
-                              int resume, __global const float *st, __global const float *arow,
-                              int dv)
+/* The online softmax's state (sum l, outputs acc, their compensations lc and comp): empty, or
+ * (resume) as the launch before left it (see flash_gpu). *sh: the row's weight factor, `shift`
+ * when the saved sum's sign says the launch before used it or when `redo` asks for it (the saved
+ * state then scaled to it), else 1. */
+static inline void gpu_resume(float4 *acc, float4 *comp, float *m, float *l, float *lc, float *sh,
+                              float shift, int redo, int resume, __global const float *st,
+                              __global const float *arow, __global const float *crow, int dv)
 {
     int saved = resume && signbit(st[1]);
     float f = redo && !saved ? shift : 1.0f; /* the saved state's scale */
     *sh = redo || saved ? shift : 1.0f;
     *m = -INFINITY;
     *l = 0.0f;
+    *lc = 0.0f;
     GPU_UNROLL
-    for (int c = 0; c < DVP / 4; c++)
+    for (int c = 0; c < DVP / 4; c++) {
         acc[c] = (float4)(0.0f);
+        comp[c] = (float4)(0.0f);
+    }
     if (resume) {
         *m = st[0];
         *l = fabs(st[1]) * f;
+        *lc = st[3] * f;
         GPU_UNROLL
-        for (int c = 0; c < DVP; c++)
-            if (c < dv)
+        for (int c = 0; c < DVP; c++) {
+            if (c < dv) {
                 ((float *)acc)[c] = arow[c] * f;
+                ((float *)comp)[c] = crow[c] * f;
+            }
+        }
     }
 }
 
@@ -822,43 +874,51 @@ static inline float gpu_scores(float *s, const float4 *q, __local float4 (*Ks)[D
     return bm;
 }
 
-/* The online softmax's step over the tile (scores s, their maximum bm, values Vs): m, l and acc
- * rescaled to the new maximum, then the keys' probabilities (times the weight factor sh) summed
- * into l and, after dropout (stream elements e0 + k), their value rows into acc. */
-static inline void gpu_step(float4 *acc, float *m, float *l, const float *s, float bm, float sh,
-                            __local float4 (*Vs)[DVP / 4], int drop, ulong e0, uint2 seed,
-                            uint2 offset, uint threshold, float dscale)
+/* The online softmax's step over the tile (scores s, their maximum bm, values Vs): the keys'
+ * probabilities (times the weight factor sh; s becomes them) summed from 0 and, after dropout
+ * (stream elements e0 + k), their value rows too; each sum compensated into m's rescaled l and
+ * acc (lc, comp: clattn_kahan). */
+static inline void gpu_step(float4 *acc, float4 *comp, float *m, float *l, float *lc, float *s,
+                            float bm, float sh, __local float4 (*Vs)[DVP / 4], int drop, ulong e0,
+                            uint2 seed, uint2 offset, uint threshold, float dscale)
 {
     float mn = fmax(*m, bm), mz = mn == -INFINITY ? 0.0f : mn; /* see the top of the file */
-    float corr = exp(*m - mz);
-    *l *= corr;
-    GPU_UNROLL
-    for (int c = 0; c < DVP / 4; c++)
-        acc[c] *= corr;
+    float corr = exp(*m - mz), ps = 0.0f;
     for (int k = 0; k < BK; k++) {
         float p = exp(s[k] - mz) * sh;
-        *l += p;
+        ps += p;
         if (drop)
             p *= clattn_dropout_keep(e0 + k, seed, offset, threshold) ? dscale : 0.0f;
-        GPU_UNROLL
-        for (int c = 0; c < DVP / 4; c++)
-            acc[c] = mad((float4)(p), Vs[k][c], acc[c]);
+        s[k] = p;
+    }
+    clattn_kahan(l, lc, corr, ps);
+    GPU_UNROLL
+    for (int c = 0; c < DVP / 4; c++) {
+        float4 t = (float4)(0.0f);
+        for (int k = 0; k < BK; k++)
+            t = mad((float4)(s[k]), Vs[k][c], t);
+        clattn_kahan4(&acc[c], &comp[c], corr, t);
     }
     *m = mn;
 }
 
 /* A launch that ends before nk leaves the row's state for the next (see flash_gpu): the sum's
  * sign bit set when its weight factor sh is not 1. */
-static inline void gpu_save(__global float *st, __global float *arow, float m, float l, float sh,
-                            int stop, const float4 *acc, int dv)
+static inline void gpu_save(__global float *st, __global float *arow, __global float *crow,
+                            float m, float l, float lc, float sh, int stop, const float4 *acc,
+                            const float4 *comp, int dv)
 {
     st[0] = m;
     st[1] = copysign(l, sh != 1.0f ? -1.0f : 1.0f);
     st[2] = as_float(stop);
+    st[3] = lc;
     GPU_UNROLL
-    for (int c = 0; c < DVP; c++)
-        if (c < dv)
+    for (int c = 0; c < DVP; c++) {
+        if (c < dv) {
             arow[c] = ((const float *)acc)[c];
+            crow[c] = ((const float *)comp)[c];
+        }
+    }
 }
 
 /* Whether the row's sum or an output is not finite. */
@@ -891,9 +951,10 @@ static inline void gpu_store(__global OTYPE *orow, const float4 *acc, float l,
 
 /* Keys [k_lo, k_hi) of every row (k_lo a multiple of BK). A launch that does not start at key 0
  * resumes the rows where the launch before left them, and one that does not end at nk leaves
- * them for the next: the unnormalised outputs in O, and (max, sum, the block where the group's
- * vote stopped or -1) per row in part at part_off, (nb, nq, 3) floats (a 16-bit O: the outputs
- * too, in float32 after them). The host splits the keys
+ * them for the next: the unnormalised outputs in O, and in part from part_off the rows' (max,
+ * sum, the block where the group's vote stopped or -1, the sum's compensation), (nb, nq, 4)
+ * floats, then the outputs' compensations, (nb, nq, dv) (a 16-bit O: then the outputs too, in
+ * float32, (nb, nq, dv)). The host splits the keys
  * so only on a device that bounds a work-item's loop iterations (flash.c); one launch of all keys
  * takes no part, and a split computes bit for bit what one launch does (but for rows redone after
  * an overflow that have weights below 2^(J-126) of their largest: one launch scales those from
@@ -933,16 +994,16 @@ void flash_gpu(__global const QTYPE *Q, int4 ql, __global const KTYPE *K, int4 k
     keys.diag = (rowc - nq) + nk; /* (row - nq) first: row + nk can pass INT_MAX */
     keys.fill = fill;
     __global OTYPE *orow = O + flash_at(ol, D1, bb, rowc);
-    __global float *st = part ? part + part_off + ((size_t)bb * nq + rowc) * 3 : 0;
+    size_t nrows = (size_t)get_num_groups(1) * nq, prow = (size_t)bb * nq + rowc;
+    __global float *st = part ? part + part_off + prow * 4 : 0;
+    __global float *crow = part ? part + part_off + nrows * 4 + prow * dv : 0;
 #if OT == 0
     __global float *arow = orow; /* a split keeps the unnormalised outputs in O itself */
-#else /* ... or, for a 16-bit O, in float32 after the states: (nb, nq, dv) */
-    __global float *arow = part ? part + part_off + (size_t)get_num_groups(1) * nq * 3 +
-                                      ((size_t)bb * nq + rowc) * dv
-                                : 0;
+#else /* ... or, for a 16-bit O, in float32 after the compensations */
+    __global float *arow = part ? crow + nrows * dv : 0;
 #endif
-    float4 q[DP / 4], acc[DVP / 4];
-    float m, l, sh, shift = clattn_overflow_shift(nk, drop ? dscale : 1.0f);
+    float4 q[DP / 4], acc[DVP / 4], comp[DVP / 4];
+    float m, l, lc, sh, shift = clattn_overflow_shift(nk, drop ? dscale : 1.0f);
     gpu_load_q(q, Q + flash_at(ql, D1, bb, rowc), d);
     if (t == 0) {
         resumed_stop[0] = k_lo > 0 ? as_int(st[2]) : -1;
@@ -967,7 +1028,8 @@ void flash_gpu(__global const QTYPE *Q, int4 ql, __global const KTYPE *K, int4 k
          * store nothing, and the stop, the same for every row of the group, comes from item 0's
          * row (a real one) through local memory, so no item reads what another writes in this
          * launch. */
-        gpu_resume(acc, &m, &l, &sh, shift, redo, k_lo > 0 && row < nq, st, arow, dv);
+        gpu_resume(acc, comp, &m, &l, &lc, &sh, shift, redo, k_lo > 0 && row < nq, st, arow, crow,
+                   dv);
         stop = resumed_stop[0];
         for (int it = k_lo / BK; stop < 0 && it * BK < k_hi; it++) {
             int tile = it + first < nblk ? it + first : it + first - nblk;
@@ -990,8 +1052,8 @@ void flash_gpu(__global const QTYPE *Q, int4 ql, __global const KTYPE *K, int4 k
             barrier(CLK_LOCAL_MEM_FENCE);
             float s[BK];
             float bm = gpu_scores(s, q, Ks, kbase, nk, scale, keys);
-            gpu_step(acc, &m, &l, s, bm, sh, Vs, drop, ((ulong)bb * nq + rowc) * nk + kbase, seed,
-                     offset, threshold, dscale);
+            gpu_step(acc, comp, &m, &l, &lc, s, bm, sh, Vs, drop,
+                     ((ulong)bb * nq + rowc) * nk + kbase, seed, offset, threshold, dscale);
             barrier(CLK_LOCAL_MEM_FENCE);
         }
         if (pass)
@@ -1006,7 +1068,7 @@ void flash_gpu(__global const QTYPE *Q, int4 ql, __global const KTYPE *K, int4 k
     if (row >= nq)
         return;
     if (k_hi < nk) {
-        gpu_save(st, arow, m, l, sh, stop, acc, dv);
+        gpu_save(st, arow, crow, m, l, lc, sh, stop, acc, comp, dv);
         return;
     }
     if (lse)

@@ -389,3 +389,28 @@ void ref_attention_backward(const ref_mask *m, int d, int dv, const double *q, c
     free(keep);
     free(mag);
 }
+
+void ref_attention_d1(int nq, int nk, int dv, const float *q, const float *k, const float *v,
+                      double *out, double *lse, double *mag)
+{
+    for (int r = 0; r < nq; r++) {
+        double m = -INFINITY, big = 0, sum = 0, *o = out + (size_t)r * dv;
+        for (int j = 0; j < nk; j++) {
+            m = fmax(m, (double)q[r] * k[j]);
+            big = fmax(big, fabs((double)q[r] * k[j]));
+        }
+        for (int c = 0; c < dv; c++)
+            o[c] = 0;
+        for (int j = 0; j < nk; j++) {
+            double w = exp((double)q[r] * k[j] - m);
+            sum += w;
+            for (int c = 0; c < dv; c++)
+                o[c] += w * v[(size_t)j * dv + c];
+        }
+        for (int c = 0; c < dv; c++)
+            o[c] /= sum;
+        lse[r] = m + log(sum);
+        if (mag)
+            mag[r] = big;
+    }
+}

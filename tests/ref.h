@@ -77,6 +77,11 @@ void ref_attention_scale(size_t nb, int nq, int nk, int dv, const double *w, con
  * rounding (either may be NULL). */
 void ref_attention_lse(const ref_mask *m, int d, const double *q, const double *k, double scale,
                        double *lse, double *mag);
+/* Unmasked attention of nq rows of head size 1 (q[r], keys k[nk], scale 1) over values v (nk, dv):
+ * out (nq, dv), lse (nq) and mag (nq, the largest |score|; NULL: none), streaming the keys
+ * (rows of millions of keys). */
+void ref_attention_d1(int nq, int nk, int dv, const float *q, const float *k, const float *v,
+                      double *out, double *lse, double *mag);
 /* The gradient of masked softmax with respect to its scores from its output y and dy, rows as
  * ref_masked_softmax's: y (dy - sum_k y_k dy_k), 0 at blocked keys; scale (or NULL) the error
  * scale |y| (|dy| + sum_k |y_k dy_k|) of each element. */

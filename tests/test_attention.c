@@ -1100,6 +1100,68 @@ static void test_huge_key_launches(void **s)
     clattn_context_destroy(&ctx);
 }
 
+/* Rows over long key ranges: the fused kernels sum each block (tile) of keys from 0 and add the
+ * blocks up compensated (flash.cl's cpu_flush, common.cl's clattn_kahan), so an output's error
+ * does not grow with K; kept key by key, one row's output drifted 3.7e-4 over 2^22 keys and 0.15
+ * over 2^25.
+ * Two rows (q random; q = 0, so that every weight is 1 / K and the output is V's mean) over
+ * 2^22 + 3 keys (d 1, dv 16, values in [0.5, 1.5]) under each fused shape (the GPU one in one
+ * launch and split over launches, whose row states carry the compensations) and the chain,
+ * against the double reference, relative to each output. Tolerance (u = 2^-24): a block's sum of
+ * at most 256 positive terms rounds within 256 u, the CPU shape's 16 blocks between flushes add
+ * 16 u, the compensated total 2 u and the division 1 u; each weight's score (d 1, |score| <= 1)
+ * and exponential round within 5 u, which moves an average of values in [0.5, 1.5] by at most
+ * 2 x 5 u of itself. 285 u = 1.7e-5: 2e-5. The LSE: h_assert_lse. Only with CLATTN_TEST_HUGE=1
+ * (a minute on PoCL). */
+#define LONG_TOL 2e-5
+static void test_long_key_sums(void **s)
+{
+    (void)s;
+    if (!h_huge())
+        skip();
+    static const char *const tunings[] = {
+        "", "attention=cpu:KB=256", "attention=cpu:KB=16:QR=1", "attention=gpu:BQ=16:BK=16",
+        "attention=gpu:BQ=16:BK=64:LOOPS=1000000", "attention=unfused",
+    };
+    const int nq = 2, dv = 16, nk = (1 << 22) + 3;
+    float q[2] = {(float)h_uniform(-1, 1), 0.0f}, *k = malloc((size_t)nk * 4);
+    float *v = malloc((size_t)nk * dv * 4);
+    assert_non_null(k);
+    assert_non_null(v);
+    h_fill(k, (size_t)nk, -1, 1);
+    h_fill(v, (size_t)nk * dv, 0.5, 1.5);
+    double ref[2 * 16], rl[2], mag[2];
+    ref_attention_d1(nq, nk, dv, q, k, v, ref, rl, mag);
+    for (size_t i = 0; i < sizeof tunings / sizeof tunings[0]; i++) {
+        clattn_context *ctx = h_ctx_tuned(tunings[i]);
+        clattn_tensor tq = h_tensor(CLATTN_FLOAT32, 2, H_DIMS((size_t)nq, 1), q);
+        clattn_tensor tk = h_tensor(CLATTN_FLOAT32, 2, H_DIMS((size_t)nk, 1), k);
+        clattn_tensor tv = h_tensor(CLATTN_FLOAT32, 2, H_DIMS((size_t)nk, (size_t)dv), v);
+        clattn_tensor to = h_tensor(CLATTN_FLOAT32, 2, H_DIMS((size_t)nq, (size_t)dv), NULL);
+        clattn_tensor tl = h_tensor(CLATTN_FLOAT32, 1, H_DIMS((size_t)nq), NULL);
+        h_poison(&to);
+        h_poison(&tl);
+        clattn_attention_opts opts;
+        memset(&opts, 0, sizeof opts);
+        opts.lse = &tl;
+        if (clattn_dot_product_attention(ctx, &tq, &tk, &tv, &opts, &to, NULL) != CLATTN_SUCCESS)
+            fail_msg("%s: %s", tunings[i], clattn_last_error(ctx));
+        float *go = h_read_float(&to), *gl = h_read_float(&tl);
+        char what[96];
+        snprintf(what, sizeof what, "CLATTN_TUNE=%s: %d keys", tunings[i], nk);
+        h_assert_close(go, ref, (size_t)nq * dv, LONG_TOL, 0.0, what);
+        h_assert_lse(gl, rl, mag, (size_t)nq, what);
+        free(go);
+        free(gl);
+        clattn_tensor *ts[] = {&tq, &tk, &tv, &to, &tl};
+        for (size_t j = 0; j < sizeof ts / sizeof ts[0]; j++)
+            clattn_tensor_release(ts[j]);
+        clattn_context_destroy(&ctx);
+    }
+    free(k);
+    free(v);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1121,6 +1183,7 @@ int main(void)
         cmocka_unit_test(test_wide_head_tiles),
         cmocka_unit_test(test_huge_keys),       cmocka_unit_test(test_huge_rows),
         cmocka_unit_test(test_huge_key_launches),
+        cmocka_unit_test(test_long_key_sums),
     };
     return cmocka_run_group_tests(tests, h_setup, h_teardown);
 }

@@ -362,12 +362,14 @@ static clattn_status enqueue_gpu(clattn_context *ctx, const clattn_tuning *tune,
           "row indexing", a->nq, BQ);
     CHECK_ST(gpu_span(ctx, budget, BQ, BK, dp, dvp, a, &span));
     /* scratch: the value sums (nbkv, nblk, dvp) when rows skip trailing keys, the same when they
-     * skip leading ones, then the rows' running state (nb, nq, 3) when the keys take several
-     * launches, and their unnormalised outputs (nb, nq, dv) for a 16-bit out */
+     * skip leading ones, then when the keys take several launches the rows' running state
+     * (nb, nq, 4) and their outputs' compensations (nb, nq, dv), and their unnormalised outputs
+     * (nb, nq, dv) for a 16-bit out */
     size_t nvt = clattn__mask_limits_rows(m) ? a->nbkv * nblk * dvp : 0;
     size_t nvh = clattn__mask_has_left(m) ? a->nbkv * nblk * dvp : 0;
     size_t npart = span < a->nk ? (size_t)nb * a->nq *
-                                      (3 + (out->dt != CLATTN_FLOAT32 ? (size_t)a->dv : 0))
+                                      (4 + (size_t)a->dv +
+                                       (out->dt != CLATTN_FLOAT32 ? (size_t)a->dv : 0))
                                 : 0;
     CHECK(ctx, nvt + nvh + npart <= (size_t)INT32_MAX, CLATTN_ERROR_UNSUPPORTED,
           "attention: %zu elements of value sums and row states exceed 32-bit indexing",

@@ -48,11 +48,11 @@ static int param(const clattn_tuning *t, const char *name)
 /* PoCL (and other CPU runtimes) run a work-group's items as a loop in one thread, whose stack
  * holds the private arrays of every item of the group at once; the thread stack is the process's
  * stack limit (ulimit -s, 8 MiB by default). Measured with PoCL 3.1 at head size 256: flash_cpu
- * with QR=16 runs with QG=384 in one item (about 6.8 MiB by private_cpu below) and dies with
- * SIGSEGV at QG=512 (9 MiB); QR=16:QG=1 runs with 128 items per group (5.7 MiB) and dies with
- * 4096. Parameters whose private arrays could pass this budget per work-group are refused (for
- * the CPU shape everywhere, for the GPU shape on CPU devices): 8x under the default stack, and
- * still 2x under a 2 MiB one. */
+ * with QR=16 runs with QG=384 in one item (about 6.8 MiB by private_cpu below, before its
+ * outputs' totals) and dies with SIGSEGV at QG=512 (9 MiB); QR=16:QG=1 runs with 128 items per
+ * group (5.7 MiB) and dies with 4096. Parameters whose private arrays could pass this budget per
+ * work-group are refused (for the CPU shape everywhere, for the GPU shape on CPU devices): 8x
+ * under the default stack, and still 2x under a 2 MiB one. */
 #define CPU_PRIVATE_BUDGET (1u << 20)
 
 /* The head size t's limits are checked at: its bucket's largest, else MAX_HEAD. */
@@ -62,20 +62,21 @@ static size_t head_of(const clattn_tuning *t)
 }
 
 /* Private bytes of one flash_cpu work-item at head size H (DVP = H): per row group QG x QR rows
- * of state (outputs DVP floats, a float16 of sums, max, row and limit), per group in flight QR
+ * of state (the last blocks' outputs and the totals, DVP floats each, a float16 of sums and one
+ * of their compensations, max, correction, row and limit), per group in flight QR
  * rows of scores and probabilities (KB floats each) and of outputs, plus the K and V vectors of
  * one step. */
 static size_t private_cpu(size_t QR, size_t KB, size_t QG, size_t H)
 {
-    size_t row_state = H * 4 + 64 + 12, row_work = 8 * KB + H * 4 + 64 + 12;
+    size_t row_state = H * 8 + 128 + 16, row_work = 8 * KB + H * 4 + 64 + 12;
     return QG * QR * row_state + 8 * QG + QR * row_work + 4 * KB + H * 4 + 64;
 }
 
-/* flash_gpu keeps its row of q (DP), of the output (DVP) and the BK scores of a tile in private
- * memory, live across the group's barriers. */
+/* flash_gpu keeps its row of q (DP), of the output and its compensation (DVP each) and the BK
+ * scores of a tile in private memory, live across the group's barriers. */
 static size_t private_gpu(size_t BK, size_t H)
 {
-    return (2 * H + BK) * 4 + 64;
+    return (3 * H + BK) * 4 + 64;
 }
 
 static int is_cpu(const clattn_context *ctx)
