@@ -306,7 +306,9 @@ dcpu_keys(float16 acc[RQ][DVP / 16], float *m, float *l, float16 qv[RQ][DP / 16]
             m[r] = mn;
             vstore16(x, 0, st[r]);
         }
-        /* P V CV 16-column chunks at a time over the block's keys, RQ * CV accumulators */
+        /* P V CV 16-column chunks at a time over the block's keys, RQ * CV accumulators: the
+         * block's sums from 0, then acc = acc * corr + them (a sum kept key by key drifts over a
+         * long split; the rescale's multiply becomes the fma, so this costs nothing) */
         int c = 0;
         #pragma unroll 1
         for (; c + CV <= ndv; c += CV) {
@@ -315,7 +317,7 @@ dcpu_keys(float16 acc[RQ][DVP / 16], float *m, float *l, float16 qv[RQ][DP / 16]
             for (int r = 0; r < RQ; r++)
                 #pragma unroll
                 for (int u = 0; u < CV; u++)
-                    a[r][u] = acc[r][c + u] * (float16)(corr[r]);
+                    a[r][u] = (float16)(0.0f);
             #pragma unroll 1
             for (int j = 0; j < nk; j++) {
                 __global const CTYPE *vr = vb + (size_t)(k0 + j) * dv;
@@ -331,7 +333,7 @@ dcpu_keys(float16 acc[RQ][DVP / 16], float *m, float *l, float16 qv[RQ][DP / 16]
             for (int r = 0; r < RQ; r++)
                 #pragma unroll
                 for (int u = 0; u < CV; u++)
-                    acc[r][c + u] = a[r][u];
+                    acc[r][c + u] = fma(acc[r][c + u], (float16)(corr[r]), a[r][u]);
         }
         /* the chunks left: one at a time, the last one partial when dv is not a multiple of 16 */
         #pragma unroll 1
@@ -339,7 +341,7 @@ dcpu_keys(float16 acc[RQ][DVP / 16], float *m, float *l, float16 qv[RQ][DP / 16]
             float16 a[RQ];
             #pragma unroll
             for (int r = 0; r < RQ; r++)
-                a[r] = acc[r][c] * (float16)(corr[r]);
+                a[r] = (float16)(0.0f);
             if (c < ndv) {
                 #pragma unroll 1
                 for (int j = 0; j < nk; j++) {
@@ -359,7 +361,7 @@ dcpu_keys(float16 acc[RQ][DVP / 16], float *m, float *l, float16 qv[RQ][DP / 16]
             }
             #pragma unroll
             for (int r = 0; r < RQ; r++)
-                acc[r][c] = a[r];
+                acc[r][c] = fma(acc[r][c], (float16)(corr[r]), a[r]);
         }
     }
 }
@@ -490,7 +492,7 @@ static inline void dgpu_max(__local float (*S)[WG], __local float *m_l, __local 
 }
 
 /* acc = acc * corr + P V for item t's output columns t, t + WG, ... over the tile's nk keys
- * (value rows from vt). */
+ * (value rows from vt), the tile's sums from 0 (see dcpu_keys). */
 static inline void dgpu_pv(float (*acc)[NCOL], __local float (*S)[WG], __local float *corr_l,
                            __global const CTYPE *vt, int nk, int dv, int t)
 {
@@ -501,7 +503,7 @@ static inline void dgpu_pv(float (*acc)[NCOL], __local float (*S)[WG], __local f
             break;
         #pragma unroll
         for (int r = 0; r < RQ; r++)
-            a[r] = acc[r][ci] * corr_l[r];
+            a[r] = 0.0f;
         for (int j = 0; j < nk; j++) {
             float v = CLATTN_LOAD(CT, vt + (size_t)j * dv + c);
             #pragma unroll
@@ -510,7 +512,7 @@ static inline void dgpu_pv(float (*acc)[NCOL], __local float (*S)[WG], __local f
         }
         #pragma unroll
         for (int r = 0; r < RQ; r++)
-            acc[r][ci] = a[r];
+            acc[r][ci] = mad(acc[r][ci], corr_l[r], a[r]);
     }
 }
 
@@ -642,25 +644,31 @@ __kernel void decode_merge(__global const float *part, int nsplit, int dv, int c
     int L = seq_keys(lens, lens_off, row / rows_per_seq, Kmax, A);
     __global const float *p = part + (size_t)row * nsplit * st;
     __global float *o = out + out_off + (size_t)row * dv;
-    float M = -INFINITY, sum = 0.0f;
+    float M = -INFINITY, sum = 0.0f, sc = 0.0f;
     for (int s = 0; s < nsplit; s++) {
         float mz = p[s * st + dv], l = p[s * st + dv + 1];
         if (l != 0.0f && mz > M)
             M = mz;
     }
+    /* compensated sums (clattn_kahan): a long cache has thousands of splits */
     for (int s = 0; s < nsplit; s++) {
         float l = p[s * st + dv + 1];
-        sum += l != 0.0f ? l * exp(p[s * st + dv] - M) : 0.0f;
+        clattn_kahan(&sum, &sc, 1.0f, l != 0.0f ? l * exp(p[s * st + dv] - M) : 0.0f);
     }
-    for (int c = c_lo; c < c_hi; c++)
-        o[c] = 0.0f;
-    for (int s = 0; s < nsplit; s++) { /* divided: one split weighs exactly 1 */
-        float l = p[s * st + dv + 1], w = l != 0.0f ? l * exp(p[s * st + dv] - M) / sum : 0.0f;
-        for (int c = c_lo; c < c_hi; c++)
-            o[c] += p[s * st + c] * w;
+    for (int c0 = c_lo; c0 < c_hi; c0 += 16) { /* 16 columns' sums at a time in registers */
+        int n = min(16, c_hi - c0);
+        float t[16], tc[16];
+        for (int i = 0; i < 16; i++)
+            t[i] = tc[i] = 0.0f;
+        for (int s = 0; s < nsplit; s++) { /* divided: one split weighs exactly 1 */
+            float l = p[s * st + dv + 1];
+            float w = l != 0.0f ? l * exp(p[s * st + dv] - M) / sum : 0.0f;
+            for (int i = 0; i < n; i++)
+                clattn_kahan(&t[i], &tc[i], 1.0f, p[s * st + c0 + i] * w);
+        }
+        for (int i = 0; i < n; i++)
+            o[c0 + i] = L == 0 ? 0.0f : sum == 0.0f ? NAN : t[i];
     }
-    for (int c = c_lo; c < c_hi; c++)
-        o[c] = L == 0 ? 0.0f : sum == 0.0f ? NAN : o[c];
     if (lse && ci == 0)
         lse[lse_off + row] = L == 0 ? -INFINITY : M + log(sum);
 }

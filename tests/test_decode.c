@@ -497,6 +497,72 @@ static void test_huge_cache(void **s)
     clattn_context_destroy(&ctx);
 }
 
+/* Long caches: each split sums its keys a tile at a time from 0 (decode_cpu's 16 keys, decode_gpu's
+ * WG), adds the tiles into its running sums, and the merge adds the splits up compensated
+ * (common.cl's clattn_kahan); a merge kept split by split drifted 1.2e-5 over 2^22 keys in
+ * splits of 16. Two rows (q random; q = 0: every weight 1 / L, the output V's mean) over a cache
+ * of 2^22 + 3 keys (d 1, dv 16, values in [0.5, 1.5]), each shape with its default splits and
+ * with the shortest (SK=16: the most splits to merge), against the double reference, relative to
+ * each output. Tolerance (u = 2^-24), for tiles of T keys in splits of S: a tile's sum of
+ * positive terms rounds within T u and a split's S / T tiles add uncompensated (S / T u), the
+ * merge's compensated sums and weights within 6 u; each weight's score (d 1, |score| <= 1) and
+ * exponential within 5 u, which moves an average of values in [0.5, 1.5] by 2 x 5 u of itself:
+ * twice (T + S / T + 16) u. The LSE: h_assert_lse. Only with CLATTN_TEST_HUGE=1 (meson's
+ * decode-huge). */
+static void test_long_cache_sums(void **s)
+{
+    (void)s;
+    if (!h_huge())
+        skip();
+    static const struct {
+        const char *tuning;
+        int tile, split;
+    } cases[] = {
+        {"decode=cpu:RQ=4:SK=1024", 16, 1024}, {"decode=cpu:RQ=2:SK=16", 16, 16},
+        {"decode=gpu:RQ=4:WG=128:SK=256:KC=64", 128, 256}, {"decode=gpu:RQ=2:WG=16:SK=16", 16, 16},
+    };
+    const int qn = 2, dv = 16, len = (1 << 22) + 3;
+    float q[2] = {(float)h_uniform(-1, 1), 0.0f}, *k = malloc((size_t)len * 4);
+    float *v = malloc((size_t)len * dv * 4);
+    assert_non_null(k);
+    assert_non_null(v);
+    h_fill(k, (size_t)len, -1, 1);
+    h_fill(v, (size_t)len * dv, 0.5, 1.5);
+    double ref[2 * 16], lse[2], mag[2];
+    ref_attention_d1(qn, len, dv, q, k, v, ref, lse, mag);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        clattn_context *ctx = h_ctx_tuned(cases[i].tuning);
+        clattn_tensor tq = h_tensor(CLATTN_FLOAT32, 4, H_DIMS(1, 1, (size_t)qn, 1), q);
+        clattn_tensor tk = h_tensor(CLATTN_FLOAT32, 4, H_DIMS(1, 1, (size_t)len, 1), k);
+        clattn_tensor tv = h_tensor(CLATTN_FLOAT32, 4, H_DIMS(1, 1, (size_t)len, (size_t)dv), v);
+        clattn_tensor to = h_tensor(CLATTN_FLOAT32, 4, H_DIMS(1, 1, (size_t)qn, (size_t)dv), NULL);
+        clattn_tensor tl = h_tensor(CLATTN_INT32, 1, H_DIMS(1), &len);
+        clattn_tensor tlse = h_tensor(CLATTN_FLOAT32, 3, H_DIMS(1, 1, (size_t)qn), NULL);
+        h_poison(&to);
+        h_poison(&tlse);
+        clattn_kv_cache c = {&tk, &tv, &tl, NULL, NULL, 0};
+        clattn_attention_opts opts;
+        memset(&opts, 0, sizeof opts);
+        opts.lse = &tlse;
+        if (clattn_decode_attention(ctx, &tq, &c, &opts, &to) != CLATTN_SUCCESS)
+            fail_msg("%s: %s", cases[i].tuning, clattn_last_error(ctx));
+        float *go = h_read_float(&to), *gl = h_read_float(&tlse);
+        char what[96];
+        snprintf(what, sizeof what, "CLATTN_TUNE=%s: %d keys", cases[i].tuning, len);
+        double tol = 2.0 * ldexp(cases[i].tile + cases[i].split / cases[i].tile + 16, -24);
+        h_assert_close(go, ref, (size_t)qn * dv, tol, 0.0, what);
+        h_assert_lse(gl, lse, mag, (size_t)qn, what);
+        free(go);
+        free(gl);
+        clattn_tensor *ts[] = {&tq, &tk, &tv, &to, &tl, &tlse};
+        for (size_t j = 0; j < sizeof ts / sizeof ts[0]; j++)
+            clattn_tensor_release(ts[j]);
+        clattn_context_destroy(&ctx);
+    }
+    free(k);
+    free(v);
+}
+
 /* 16-bit caches (the bytes decoding streams), Q, new rows and out in combinations that put each
  * dtype in each place: aligned rows (head sizes multiples of 16: the aligned-row loads) and
  * others, appends converting the new rows to the cache's dtype, masks, NaN values, ALiBi, long
@@ -589,6 +655,7 @@ int main(void)
         cmocka_unit_test(test_16bit),
         cmocka_unit_test(test_16bit_bad_input),
         cmocka_unit_test(test_huge_cache),
+        cmocka_unit_test(test_long_cache_sums),
     };
     return cmocka_run_group_tests(tests, h_setup, h_teardown);
 }
