@@ -355,7 +355,8 @@ TILE_INLINE void bwd_dscores(float16 ds[QR][NKV], float16 p[QR][NKV], const bwd_
 }
 
 /* The tile's dQ rows (dq: layout dql) += dS K over the block's kn keys, from its padded K rows
- * (krows: (KB, dp)), VC columns at a time. */
+ * (krows: (KB, dp)), VC columns at a time: the block's sums from 0, then added to the rows (one
+ * rounding per block on the long sum over every key, not one per key). */
 TILE_INLINE void bwd_dq(__global float *dq, int4 dql, int D1, int bb, const bwd_tile *t,
                         float16 ds[QR][NKV], __global const float *krows, int kn, int dp, int d)
 {
@@ -366,15 +367,16 @@ TILE_INLINE void bwd_dq(__global float *dq, int4 dql, int D1, int bb, const bwd_
         for (int r = 0; r < QR; r++)
             #pragma unroll
             for (int c = 0; c < NVC; c++)
-                a[r][c] = bwd_load(dq + bwd_at(dql, D1, bb, t->row[r]), c0 + 16 * c, d);
+                a[r][c] = (float16)(0.0f);
         tile_rows_fma(a, ds, krows + c0, dp, 0, kn);
         #pragma unroll
         for (int r = 0; r < QR; r++) {
             if (r >= t->nr)
                 break;
+            __global float *row = dq + bwd_at(dql, D1, bb, t->row[r]);
             #pragma unroll
             for (int c = 0; c < NVC; c++)
-                bwd_store(a[r][c], dq + bwd_at(dql, D1, bb, t->row[r]), c0 + 16 * c, d);
+                bwd_store(bwd_load(row, c0 + 16 * c, d) + a[r][c], row, c0 + 16 * c, d);
         }
     }
 }
