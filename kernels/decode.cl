@@ -630,8 +630,8 @@ void decode_gpu(DECODE_PARAMS)
  * scores were all -inf weighs 0 (its output, 0 or NaN from 0 * v, passes through 0 *); none left
  * gives NaN and an LSE of -inf, as one attention op over blocked keys; a sequence with no keys
  * (L = 0) gives 0 and -inf, as PyTorch's softmax over no keys times an empty V. One work-item
- * per cpi output columns of a row (all of them on CPUs; one on GPUs), accumulating in the output
- * row itself. */
+ * per cpi output columns of a row (all of them on CPUs; one on GPUs), 16 columns' compensated
+ * sums at a time in registers. */
 __kernel void decode_merge(__global const float *part, int nsplit, int dv, int cpi,
                            int rows_per_seq, __global const int *lens, int lens_off, int Kmax,
                            int A, __global float *out, int out_off, __global float *lse,

@@ -587,9 +587,9 @@ TILE_INLINE int cpu_mark_overflow(const cpu_group *grp, const cpu_total *tt, flo
     return any;
 }
 
-/* The group's normalised outputs (totals t; and log-sum-exps when lse) for its rows below nq; the
- * padding columns past dv stay unwritten. */
-TILE_INLINE void cpu_store(const cpu_group *g, const cpu_total *t, int row0, int nq, int dv, __global OTYPE *O,
+/* The group's normalised outputs (totals tt; and log-sum-exps when lse) for its rows below nq;
+ * the padding columns past dv stay unwritten. */
+TILE_INLINE void cpu_store(const cpu_group *g, const cpu_total *tt, int row0, int nq, int dv, __global OTYPE *O,
                            int4 ol, int D1, int bb, __global float *lse, int lse_off, int2 lse_s)
 {
     #pragma unroll
@@ -603,7 +603,7 @@ TILE_INLINE void cpu_store(const cpu_group *g, const cpu_total *t, int row0, int
         __global OTYPE *o = O + flash_at(ol, D1, bb, g->row[r]);
         #pragma unroll
         for (int c = 0; c < NVD; c++) {
-            float16 x = t->tot[r][c] * (float16)(inv);
+            float16 x = tt->tot[r][c] * (float16)(inv);
             if (16 * c + 16 <= dv) {
                 CLATTN_STORE16(OT, x, o + 16 * c);
             } else {
@@ -954,11 +954,11 @@ static inline void gpu_store(__global OTYPE *orow, const float4 *acc, float l,
  * them for the next: the unnormalised outputs in O, and in part from part_off the rows' (max,
  * sum, the block where the group's vote stopped or -1, the sum's compensation), (nb, nq, 4)
  * floats, then the outputs' compensations, (nb, nq, dv) (a 16-bit O: then the outputs too, in
- * float32, (nb, nq, dv)). The host splits the keys
- * so only on a device that bounds a work-item's loop iterations (flash.c); one launch of all keys
- * takes no part, and a split computes bit for bit what one launch does (but for rows redone after
- * an overflow that have weights below 2^(J-126) of their largest: one launch scales those from
- * the first key, a split only from the launch that overflowed).
+ * float32, (nb, nq, dv)). The host splits the keys so only on a device that bounds a work-item's
+ * loop iterations (flash.c); one launch of all keys takes no part, and a split computes bit for
+ * bit what one launch does (but for rows redone after an overflow that have weights, or outputs'
+ * compensations, below 2^(J-126) of their largest: one launch scales those from the first key, a
+ * split only from the launch that overflowed).
  * vt, vh: flash_vscan's suffix and prefix sums (BKS = BK) or NULL, as for flash_cpu. The tiles
  * are taken from the group's first (the lowest of its rows' windows) on, then the tiles below it,
  * skipped outright unless some row is not yet negligible (see flash_cpu); a split divides that

@@ -371,9 +371,10 @@ static clattn_status enqueue_gpu(clattn_context *ctx, const clattn_tuning *tune,
                                       (4 + (size_t)a->dv +
                                        (out->dt != CLATTN_FLOAT32 ? (size_t)a->dv : 0))
                                 : 0;
-    CHECK(ctx, nvt + nvh + npart <= (size_t)INT32_MAX, CLATTN_ERROR_UNSUPPORTED,
-          "attention: %zu elements of value sums and row states exceed 32-bit indexing",
-          nvt + nvh + npart);
+    /* (the kernels take the value sums' and the row states' offsets in int, index past them in
+     * size_t: the row states, as large as the output, need not fit 32 bits) */
+    CHECK(ctx, nvt + nvh <= (size_t)INT32_MAX, CLATTN_ERROR_UNSUPPORTED,
+          "attention: %zu elements of value sums exceed 32-bit indexing", nvt + nvh);
     if (nvt + nvh + npart)
         CHECK_ST(clattn__scratch(ctx, CLATTN_SCRATCH_ATTN, (nvt + nvh + npart) * 4, &buf));
     vt = nvt ? buf : NULL;
