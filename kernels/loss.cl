@@ -131,16 +131,17 @@ __kernel void ce_loss_rows(__global const float *x, int x_off, __global const in
     ce[r] = pos_weight(lens, lens_off, r, T) * pos_ce(xr, labels[lab_off + r], V, ml);
 }
 
-/* loss[b] = sum_t ce[b * T + t] / T, one work-item per sequence, t in order. */
+/* loss[b] = sum_t ce[b * T + t] / T, one work-item per sequence, t in order, compensated
+ * (clattn_kahan: a plain float32 sum drifts over a long sequence). */
 __kernel void ce_loss_mean(__global const float *ce, int B, int T, __global float *loss,
                            int loss_off)
 {
     int b = get_global_id(0);
     if (b >= B)
         return;
-    float s = 0.0f;
+    float s = 0.0f, c = 0.0f;
     for (int t = 0; t < T; t++)
-        s += ce[(size_t)b * T + t];
+        clattn_kahan(&s, &c, 1.0f, ce[(size_t)b * T + t]);
     loss[loss_off + b] = s / (float)T;
 }
 

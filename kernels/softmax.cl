@@ -647,7 +647,8 @@ void masked_softmax_backward_wg(__global const float *y, int y_off, __global con
  * every score element the bias element i reaches, the bias laid out contiguously by its strides
  * bs over (D0, D1, Q, K) (0 where it broadcasts, as in the forward). r in [r_lo, r_hi) runs over
  * the broadcast dims row-major, in order (the host splits long sums over launches under a loop
- * budget), added to db's old value when acc. One work-item per bias element. */
+ * budget), added to db's old value when acc, compensated (kahan_add: a bias broadcast over
+ * millions of scores sums that many). One work-item per bias element. */
 __kernel void bias_grad(__global const float *dx, int dx_off, int4 D, int4 bs, __global float *db,
                         int db_off, int nb, int r_lo, int r_hi, int acc)
 {
@@ -658,11 +659,11 @@ __kernel void bias_grad(__global const float *dx, int dx_off, int4 D, int4 bs, _
     int4 e = select((int4)(1), D, bs == (int4)(0));   /* the extents it broadcasts along */
     int4 at = (int4)(i / (ext.w * ext.z * ext.y), (i / (ext.w * ext.z)) % ext.y,
                      (i / ext.w) % ext.z, i % ext.w);
-    float s = acc ? db[db_off + i] : 0.0f;
+    float s = acc ? db[db_off + i] : 0.0f, c = 0.0f;
     for (int r = r_lo; r < r_hi; r++) {
         int4 j = at + (int4)(r / (e.w * e.z * e.y), (r / (e.w * e.z)) % e.y, (r / e.w) % e.z,
                              r % e.w);
-        s += dx[dx_off + (((size_t)j.x * D.y + j.y) * D.z + j.z) * D.w + j.w];
+        kahan_add(&s, &c, dx[dx_off + (((size_t)j.x * D.y + j.y) * D.z + j.z) * D.w + j.w]);
     }
     db[db_off + i] = s;
 }

@@ -307,12 +307,58 @@ static void test_bad_input(void **s)
         clattn_tensor_release(ts[i]);
 }
 
+/* One sequence of 2^24 + 3 positions (V 2, logits in [-2, 2], random labels): the mean adds
+ * every position's loss, and a plain float32 sum of terms near 0.5 stops growing near 2^23 (each
+ * term half an ulp of the total there); it is compensated. Tolerance, relative to the loss: each
+ * position's ce = lse - x_label rounds within 8 u of |lse| <= 3 (exp, log, the subtraction's
+ * cancellation), 24 u absolute against a mean term of about 0.5: 48 u; the compensated sum 2 u
+ * and the division 1 u: 51 u = 3.0e-6, so 4e-6. Skipped on Oclgrind (CLATTN_TEST_SMALL) and
+ * where a loop budget refuses the sequence (llvmpipe). */
+static void test_long_sequence(void **s)
+{
+    (void)s;
+    if (h_small())
+        skip();
+    const int T = (1 << 24) + 3, V = 2;
+    float *x = malloc((size_t)T * V * sizeof *x);
+    int *lab = malloc((size_t)T * sizeof *lab);
+    assert_non_null(x);
+    assert_non_null(lab);
+    h_fill(x, (size_t)T * V, -2, 2);
+    double ref = 0;
+    for (int t = 0; t < T; t++) {
+        lab[t] = h_randint(0, 1);
+        double a = x[2 * t], b = x[2 * t + 1], m = fmax(a, b);
+        ref += m + log(exp(a - m) + exp(b - m)) - x[2 * t + lab[t]];
+    }
+    ref /= T;
+    clattn_tensor tx = h_tensor(CLATTN_FLOAT32, 3, H_DIMS(1, (size_t)T, (size_t)V), x);
+    clattn_tensor tl = h_tensor(CLATTN_INT32, 2, H_DIMS(1, (size_t)T), lab);
+    clattn_tensor tloss = h_tensor(CLATTN_FLOAT32, 1, H_DIMS(1), NULL);
+    h_poison(&tloss);
+    clattn_status st = clattn_masked_softmax_ce_loss(h_ctx, &tx, &tl, NULL, &tloss, NULL);
+    if (st == CLATTN_ERROR_UNSUPPORTED && strstr(clattn_last_error(h_ctx), "loop budget")) {
+        print_message("refused under this device's loop budget: %s\n", clattn_last_error(h_ctx));
+    } else {
+        if (st != CLATTN_SUCCESS)
+            fail_msg("ce_loss: %s", clattn_last_error(h_ctx));
+        float *got = h_read_float(&tloss);
+        h_assert_close(got, &ref, 1, 4e-6, 0.0, "the loss of one sequence of 2^24 + 3 positions");
+        free(got);
+    }
+    clattn_tensor *ts[] = {&tx, &tl, &tloss};
+    for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
+        clattn_tensor_release(ts[i]);
+    free(x);
+    free(lab);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_shapes),        cmocka_unit_test(test_lengths_and_labels),
         cmocka_unit_test(test_extremes),      cmocka_unit_test(test_sync_rejects),
-        cmocka_unit_test(test_bad_input),
+        cmocka_unit_test(test_bad_input),     cmocka_unit_test(test_long_sequence),
     };
     return cmocka_run_group_tests(tests, h_setup, h_teardown);
 }
