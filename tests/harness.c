@@ -43,6 +43,20 @@ void h_fill(float *x, size_t n, double lo, double hi)
         x[i] = (float)h_uniform(lo, hi);
 }
 
+void h_long_rows(int nk, int dv, float q[2], float **k, float **v, double *ref, double *lse,
+                 double *mag)
+{
+    q[0] = (float)h_uniform(-1, 1);
+    q[1] = 0.0f;
+    *k = malloc((size_t)nk * sizeof **k);
+    *v = malloc((size_t)nk * dv * sizeof **v);
+    assert_non_null(*k);
+    assert_non_null(*v);
+    h_fill(*k, (size_t)nk, -1, 1);
+    h_fill(*v, (size_t)nk * dv, 0.5, 1.5);
+    ref_attention_d1(2, nk, dv, q, *k, *v, ref, lse, mag);
+}
+
 int h_small(void)
 {
     const char *s = getenv("CLATTN_TEST_SMALL");

@@ -87,6 +87,11 @@ void h_assert_error(clattn_status got, clattn_status want, const char *needle);
 
 /* Masks built from a spec for a score shape, as a clattn_mask and as the reference's ref_mask. */
 #include "ref.h"
+/* The long-row cases (test_long_key_sums, test_long_cache_sums): two query rows of head size 1
+ * (q[0] random in [-1, 1], q[1] = 0: every weight equal), nk keys in [-1, 1] and values (nk, dv)
+ * in [0.5, 1.5] (*k, *v: malloc'd), and ref_attention_d1's outputs, LSEs and magnitudes. */
+void h_long_rows(int nk, int dv, float q[2], float **k, float **v, double *ref, double *lse,
+                 double *mag);
 enum { H_LENS_NONE = 0, H_LENS_1D = 1, H_LENS_2D = 2 };
 typedef struct {
     int lens;              /* H_LENS_* */
