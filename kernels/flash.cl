@@ -589,8 +589,9 @@ TILE_INLINE int cpu_mark_overflow(const cpu_group *grp, const cpu_total *tt, flo
 
 /* The group's normalised outputs (totals tt; and log-sum-exps when lse) for its rows below nq;
  * the padding columns past dv stay unwritten. */
-TILE_INLINE void cpu_store(const cpu_group *g, const cpu_total *tt, int row0, int nq, int dv, __global OTYPE *O,
-                           int4 ol, int D1, int bb, __global float *lse, int lse_off, int2 lse_s)
+TILE_INLINE void cpu_store(const cpu_group *g, const cpu_total *tt, int row0, int nq, int dv,
+                           __global OTYPE *O, int4 ol, int D1, int bb, __global float *lse,
+                           int lse_off, int2 lse_s)
 {
     #pragma unroll
     for (int r = 0; r < QR; r++) {
@@ -659,8 +660,8 @@ __kernel void flash_cpu(__global const float *Q, int4 ql, __global const float *
         int first = nblk - 1, last_first = 0; /* the lowest and highest of the groups' firsts */
         int gfirst[QG];
         for (int gi = 0; gi < QG; gi++) {
-            cpu_group_init(&grp[gi], &tt[gi], (item * QG + gi) * QR, nq, nk, d0, lens, lens_off, lens_mode,
-                           win, sh[gi]);
+            cpu_group_init(&grp[gi], &tt[gi], (item * QG + gi) * QR, nq, nk, d0, lens, lens_off,
+                           lens_mode, win, sh[gi]);
             gfirst[gi] = min(grp[gi].min_lo / KB, nblk - 1);
             first = min(first, gfirst[gi]);
             last_first = max(last_first, gfirst[gi]);
@@ -760,7 +761,8 @@ __kernel void flash_cpu(__global const float *Q, int4 ql, __global const float *
             break;
     }
     for (int gi = 0; gi < QG; gi++)
-        cpu_store(&grp[gi], &tt[gi], (item * QG + gi) * QR, nq, dv, O, ol, D1, bb, lse, lse_off, lse_s);
+        cpu_store(&grp[gi], &tt[gi], (item * QG + gi) * QR, nq, dv, O, ol, D1, bb, lse, lse_off,
+                  lse_s);
 }
 
 /* ---- GPU shape: flash_gpu and its steps ---- */

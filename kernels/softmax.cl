@@ -172,17 +172,12 @@
  * 2^29 equal scores summed to 2, its weights twice 1 / K), while blocks keep a row of any length
  * (up to INT_MAX keys) as exact as one of SUM_BLOCK * VW keys. */
 #define SUM_BLOCK 256
+/* common.cl's clattn_kahan for floatV lanes (8 or 16), without the rescale */
 static inline void kahan_addV(floatV *tot, floatV *comp, floatV x)
 {
     floatV y = x - *comp, t = *tot + y;
     /* no correction once the total is not finite: inf - inf would make an infinite sum NaN */
     *comp = fabs(t) < (floatV)(INFINITY) ? (t - *tot) - y : (floatV)(0.0f);
-    *tot = t;
-}
-static inline void kahan_add(float *tot, float *comp, float x)
-{
-    float y = x - *comp, t = *tot + y;
-    *comp = fabs(t) < INFINITY ? (t - *tot) - y : 0.0f;
     *tot = t;
 }
 /* the end of the block of vectors from key k, at most lim (no k + n past INT_MAX) */
@@ -548,7 +543,7 @@ void masked_softmax_wg(__global const XTYPE *x, int x_off, __global YTYPE *y, in
             sb += e;
             KEEP_E(e, k);
         }
-        kahan_add(&tot, &comp, sb);
+        clattn_kahan(&tot, &comp, 1.0f, sb);
     }
     red[t] = tot - comp;
     barrier(CLK_LOCAL_MEM_FENCE);
@@ -627,7 +622,7 @@ void masked_softmax_backward_wg(__global const float *y, int y_off, __global con
         float sb = 0.0f;
         for (int n = 0; n < SUM_BLOCK && k < K; n++, k += WG)
             sb = fma(yr[k], dyr[k], sb);
-        kahan_add(&tot, &comp, sb);
+        clattn_kahan(&tot, &comp, 1.0f, sb);
     }
     red[t] = tot - comp;
     barrier(CLK_LOCAL_MEM_FENCE);
@@ -647,7 +642,7 @@ void masked_softmax_backward_wg(__global const float *y, int y_off, __global con
  * every score element the bias element i reaches, the bias laid out contiguously by its strides
  * bs over (D0, D1, Q, K) (0 where it broadcasts, as in the forward). r in [r_lo, r_hi) runs over
  * the broadcast dims row-major, in order (the host splits long sums over launches under a loop
- * budget), added to db's old value when acc, compensated (kahan_add: a bias broadcast over
+ * budget), added to db's old value when acc, compensated (clattn_kahan: a bias broadcast over
  * millions of scores sums that many). One work-item per bias element. */
 __kernel void bias_grad(__global const float *dx, int dx_off, int4 D, int4 bs, __global float *db,
                         int db_off, int nb, int r_lo, int r_hi, int acc)
@@ -663,7 +658,8 @@ __kernel void bias_grad(__global const float *dx, int dx_off, int4 D, int4 bs, _
     for (int r = r_lo; r < r_hi; r++) {
         int4 j = at + (int4)(r / (e.w * e.z * e.y), (r / (e.w * e.z)) % e.y, (r / e.w) % e.z,
                              r % e.w);
-        kahan_add(&s, &c, dx[dx_off + (((size_t)j.x * D.y + j.y) * D.z + j.z) * D.w + j.w]);
+        size_t e = (((size_t)j.x * D.y + j.y) * D.z + j.z) * D.w + j.w;
+        clattn_kahan(&s, &c, 1.0f, dx[dx_off + e]);
     }
     db[db_off + i] = s;
 }
