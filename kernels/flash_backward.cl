@@ -44,6 +44,9 @@
 #endif
 #define NKV (KB / 16)
 #define NVC (VC / 16) /* 16-column vectors per pass over a row */
+/* computed tiles of QR rows a block's dK and dV sums take before bwd_flush adds them into the
+ * block's totals */
+#define FLUSH 16
 #include "tile16.cl" /* after QR, KB, NKV and NVC: its register tiles */
 
 #define FLASH_MASK_PARAMS                                                                        \
@@ -381,6 +384,21 @@ TILE_INLINE void bwd_dq(__global float *dq, int4 dql, int D1, int bb, const bwd_
     }
 }
 
+/* tot += acc for the kn rows of ap floats of a block's sums (both 64-byte aligned), with TwoSum:
+ * acc keeps what the addition rounded off, so the next tiles' sums carry it into the next flush
+ * (0 once tot is not finite: then it stays inf or NaN, as a plain sum would). Over many query
+ * rows a sum kept tile by tile drifts (dV over 2^22 rows: 3.6e-4 off), each tile's terms falling
+ * under the running total's rounding step; the tiles' sums between flushes start from about 0. */
+static inline void bwd_flush(__global float *acc, __global float *tot, int kn, int ap)
+{
+    __global float16 *a16 = (__global float16 *)acc, *t16 = (__global float16 *)tot;
+    for (int i = 0; i < kn * (ap / 16); i++) {
+        float16 a = t16[i], b = a16[i], s = a + b, bv = s - a;
+        t16[i] = s;
+        a16[i] = fabs(s) < (float16)(INFINITY) ? (a - (s - bv)) + (b - bv) : (float16)(0.0f);
+    }
+}
+
 /* The n floats of the kn rows of acc (stride ap) to the rows from kbase of batch kb of dst. */
 static inline void bwd_copy_rows(__global float *dst, int4 l, int D1kv, int kb, int kbase,
                                  int kn, __global const float *acc, int ap, int n)
@@ -394,8 +412,9 @@ static inline void bwd_copy_rows(__global float *dst, int4 l, int D1kv, int kb, 
 
 /* The gradients, one work-item per (chunk, K/V batch) (see the top of the file). pk, kbad:
  * flash_bwd_pack's; rows: flash_bwd_rows'; lse at lse_off + bb nq + q. acc: the item's dK and
- * dV rows of one block, (KB, dp) then (KB, dvp) floats at acc_off + item (dp + dvp) KB (dp, dvp:
- * d and dv rounded up to VC; acc_off a multiple of 16), copied to dK and dV once the block is
+ * dV rows of one block, (KB, dp) then (KB, dvp) floats at acc_off + item 2 (dp + dvp) KB (dp,
+ * dvp: d and dv rounded up to VC; acc_off a multiple of 16): the sums of the tiles since the last
+ * flush, then the same for the block's totals (bwd_flush), copied to dK and dV once the block is
  * done. dQ: layout dql, chunk
  * c's rows dq_cs elements after chunk c - 1's (the partials, or dQ itself for one chunk). want:
  * 1 dQ, 2 dK, 4 dV (the others' pointers are not used).
@@ -418,8 +437,10 @@ void flash_bwd_cpu(__global const float *Q, int4 ql, __global const float *pk,
     const float negligible = fill + NEGLIGIBLE;
     __global const int *bad_rows = (__global const int *)rows + bad_off;
     __global float *dq = dQ + (size_t)ch * dq_cs;
-    __global float *ak = acc + acc_off + (size_t)(ch * get_global_size(1) + kb) * (dp + dvp) * KB;
-    __global float *av = ak + (size_t)dp * KB;
+    __global float *ak =
+        acc + acc_off + (size_t)(ch * get_global_size(1) + kb) * 2 * (dp + dvp) * KB;
+    __global float *av = ak + (size_t)dp * KB, *tk = av + (size_t)dvp * KB;
+    __global float *tv = tk + (size_t)dp * KB;
     for (int g = 0; g < G && (want & 1); g++) /* this chunk's dQ rows start at 0 */
         for (int q = 0; q < nq; q++) {
             __global float *r = dq + bwd_at(dql, D1, d0 * D1 + kvh * G + g, q);
@@ -433,8 +454,9 @@ void flash_bwd_cpu(__global const float *Q, int4 ql, __global const float *pk,
         int kfinite = 1;
         for (int k = 0; k < kn; k++)
             kfinite &= !kbad[kbad_off + (size_t)(kb * nblk + blk) * KB + k];
-        for (int i = 0; i < (dp + dvp) * KB; i++) /* the block's dK and dV rows start at 0 */
+        for (int i = 0; i < 2 * (dp + dvp) * KB; i++) /* the block's sums and totals start at 0 */
             ak[i] = 0.0f;
+        int pending = 0; /* tiles summed since the last flush */
         for (int g = 0; g < G; g++) {
             int d1 = kvh * G + g, bb = d0 * D1 + d1;
             float slope = clattn_slope(slopes, slopes_off, ss, d0, d1);
@@ -478,11 +500,18 @@ void flash_bwd_cpu(__global const float *Q, int4 ql, __global const float *pk,
                 }
                 if (want & 1)
                     bwd_dq(dq, dql, D1, bb, &t, ds, krows, kn, dp, d);
+                if (++pending == FLUSH) {
+                    bwd_flush(ak, tk, kn, (want & 2) ? dp : 0);
+                    bwd_flush(av, tv, kn, (want & 4) ? dvp : 0);
+                    pending = 0;
+                }
             }
         }
+        bwd_flush(ak, tk, kn, (want & 2) ? dp : 0);
+        bwd_flush(av, tv, kn, (want & 4) ? dvp : 0);
         if (want & 2)
-            bwd_copy_rows(dK, dkl, D1kv, kb, kbase, kn, ak, dp, d);
+            bwd_copy_rows(dK, dkl, D1kv, kb, kbase, kn, tk, dp, d);
         if (want & 4)
-            bwd_copy_rows(dV, dvl, D1kv, kb, kbase, kn, av, dvp, dv);
+            bwd_copy_rows(dV, dvl, D1kv, kb, kbase, kn, tv, dvp, dv);
     }
 }

@@ -1685,6 +1685,123 @@ static void test_bad_input(void **s)
         clattn_tensor_release(ts[i]);
 }
 
+/* The double reference of the backward of one head with d = 1 (scale 1) over nq rows and nk keys:
+ * dQ (nq), dK (nk), dV (nk, dv), and each gradient's error scale (sum over its terms of
+ * P (|dP| + |D|) |q or k|; dV's terms are positive: itself). */
+static void ref_backward_d1(int nq, int nk, int dv, const float *q, const float *k,
+                            const float *v, const float *g, double *dq, double *sq, double *dk,
+                            double *sk, double *dvr)
+{
+    double *p = malloc((size_t)nk * sizeof *p), *dp = malloc((size_t)nk * sizeof *dp);
+    assert_non_null(p);
+    assert_non_null(dp);
+    memset(dk, 0, (size_t)nk * sizeof *dk);
+    memset(sk, 0, (size_t)nk * sizeof *sk);
+    memset(dvr, 0, (size_t)nk * dv * sizeof *dvr);
+    for (int i = 0; i < nq; i++) {
+        double m = -INFINITY, l = 0.0, D = 0.0;
+        for (int j = 0; j < nk; j++)
+            m = fmax(m, p[j] = (double)q[i] * k[j]);
+        for (int j = 0; j < nk; j++)
+            l += p[j] = exp(p[j] - m);
+        for (int j = 0; j < nk; j++) {
+            double t = 0.0;
+            for (int e = 0; e < dv; e++)
+                t += (double)g[(size_t)i * dv + e] * v[(size_t)j * dv + e];
+            p[j] /= l;
+            dp[j] = t;
+            D += p[j] * t;
+        }
+        dq[i] = sq[i] = 0.0;
+        for (int j = 0; j < nk; j++) {
+            double ds = p[j] * (dp[j] - D), w = p[j] * (fabs(dp[j]) + fabs(D));
+            dq[i] += ds * k[j];
+            sq[i] += w * fabs(k[j]);
+            dk[j] += ds * q[i];
+            sk[j] += w * fabs(q[i]);
+            for (int e = 0; e < dv; e++)
+                dvr[(size_t)j * dv + e] += p[j] * g[(size_t)i * dv + e];
+        }
+    }
+    free(p);
+    free(dp);
+}
+
+/* dK and dV sum over every query row: over 2^22 + 3 rows a sum kept tile by tile (QR rows) was
+ * 3.6e-4 off in dV (the unfused chain's GEMMs 1.2e-6). Each fused shape and the unfused chain
+ * against the double reference, relative to the error scales of ref_backward_d1. Tolerance
+ * (u = 2^-24): a weight recomputed from the forward's LSE (a few ulp of |lse| <= 2.2, absolute,
+ * so relative to the weight) and its exponential within 16 u; dS's dP - D (dv = 16 terms, D from
+ * the float32 output) within 32 u of |dP| + |D|; the fused kernel's sums between flushes of at
+ * most FLUSH x QR = 256 rows' terms within 256 u, the compensated totals 2 u (the unfused chain's
+ * GEMMs block their sums too). 306 u = 1.8e-5: 2e-5. Only with CLATTN_TEST_HUGE=1. */
+#define LONG_Q_TOL 2e-5
+static void test_long_query_sums(void **s)
+{
+    (void)s;
+    if (!h_huge())
+        skip();
+    static const char *const tunings[] = {"", "backward=cpu:QR=1:KB=16",
+                                          "backward=cpu:QR=16:KB=64", "backward=unfused"};
+    const int nq = (1 << 22) + 3, nk = 3, dv = 16;
+    float *q = malloc((size_t)nq * sizeof *q), k[3], v[3 * 16];
+    float *g = malloc((size_t)nq * dv * sizeof *g);
+    double *dq = malloc((size_t)nq * sizeof *dq), *sq = malloc((size_t)nq * sizeof *sq);
+    double dk[3], sk[3], dvr[3 * 16];
+    assert_non_null(q);
+    assert_non_null(g);
+    assert_non_null(dq);
+    assert_non_null(sq);
+    h_fill(q, (size_t)nq, -1, 1);
+    h_fill(k, (size_t)nk, -1, 1);
+    h_fill(v, (size_t)nk * dv, 0.5, 1.5);
+    h_fill(g, (size_t)nq * dv, 0.5, 1.5);
+    ref_backward_d1(nq, nk, dv, q, k, v, g, dq, sq, dk, sk, dvr);
+    clattn_tensor tq = h_tensor(CLATTN_FLOAT32, 2, H_DIMS((size_t)nq, 1), q);
+    clattn_tensor tk = h_tensor(CLATTN_FLOAT32, 2, H_DIMS((size_t)nk, 1), k);
+    clattn_tensor tv = h_tensor(CLATTN_FLOAT32, 2, H_DIMS((size_t)nk, (size_t)dv), v);
+    clattn_tensor tg = h_tensor(CLATTN_FLOAT32, 2, H_DIMS((size_t)nq, (size_t)dv), g);
+    clattn_tensor to = h_tensor(CLATTN_FLOAT32, 2, H_DIMS((size_t)nq, (size_t)dv), NULL);
+    clattn_tensor tl = h_tensor(CLATTN_FLOAT32, 1, H_DIMS((size_t)nq), NULL);
+    clattn_tensor gq = h_tensor(CLATTN_FLOAT32, 2, H_DIMS((size_t)nq, 1), NULL);
+    clattn_tensor gk = h_tensor(CLATTN_FLOAT32, 2, H_DIMS((size_t)nk, 1), NULL);
+    clattn_tensor gv = h_tensor(CLATTN_FLOAT32, 2, H_DIMS((size_t)nk, (size_t)dv), NULL);
+    clattn_attention_opts opts;
+    memset(&opts, 0, sizeof opts);
+    opts.lse = &tl;
+    if (clattn_dot_product_attention(h_ctx, &tq, &tk, &tv, &opts, &to, NULL) != CLATTN_SUCCESS)
+        fail_msg("forward: %s", clattn_last_error(h_ctx));
+    for (size_t i = 0; i < sizeof tunings / sizeof tunings[0]; i++) {
+        clattn_context *ctx = h_ctx_tuned(tunings[i]);
+        h_poison(&gq);
+        h_poison(&gk);
+        h_poison(&gv);
+        clattn_attention_grads grads = {&gq, &gk, &gv, NULL};
+        if (clattn_dot_product_attention_backward(ctx, &tq, &tk, &tv, &opts, &to, &tg, &grads) !=
+            CLATTN_SUCCESS)
+            fail_msg("%s: %s", tunings[i], clattn_last_error(ctx));
+        float *rq = h_read_float(&gq), *rk = h_read_float(&gk), *rv = h_read_float(&gv);
+        char what[96];
+        snprintf(what, sizeof what, "CLATTN_TUNE=%s: %d rows: dQ", tunings[i], nq);
+        h_assert_scaled(rq, dq, sq, (size_t)nq, LONG_Q_TOL, what);
+        snprintf(what, sizeof what, "CLATTN_TUNE=%s: %d rows: dK", tunings[i], nq);
+        h_assert_scaled(rk, dk, sk, (size_t)nk, LONG_Q_TOL, what);
+        snprintf(what, sizeof what, "CLATTN_TUNE=%s: %d rows: dV", tunings[i], nq);
+        h_assert_close(rv, dvr, (size_t)nk * dv, LONG_Q_TOL, 0.0, what);
+        free(rq);
+        free(rk);
+        free(rv);
+        clattn_context_destroy(&ctx);
+    }
+    clattn_tensor *ts[] = {&tq, &tk, &tv, &tg, &to, &tl, &gq, &gk, &gv};
+    for (size_t j = 0; j < sizeof ts / sizeof ts[0]; j++)
+        clattn_tensor_release(ts[j]);
+    free(q);
+    free(g);
+    free(dq);
+    free(sq);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1696,6 +1813,7 @@ int main(void)
         cmocka_unit_test(test_additive_backward), cmocka_unit_test(test_additive_scores_backward),
         cmocka_unit_test(test_axpy),
         cmocka_unit_test(test_bad_input),
+        cmocka_unit_test(test_long_query_sums),
     };
     return cmocka_run_group_tests(tests, h_setup, h_teardown);
 }

@@ -39,11 +39,11 @@ clattn_status clattn__enqueue_flash_backward(clattn_context *ctx, const clattn_t
     int nchunk = chunks(ctx, tune, a.nbkv, nblk);
     cl_int want = (o->dQ.buf ? 1 : 0) | (o->dK.buf ? 2 : 0) | (o->dV.buf ? 4 : 0);
     /* scratch: the packed K and V panels and K rows, K's row flags, per row D, the flags and
-     * what its probabilities are recomputed from, the items' dK and dV block accumulators, the
+     * what its probabilities are recomputed from, the items' dK and dV block sums and totals, the
      * partial dQ */
     size_t npk = a.nbkv * (size_t)nblk * KB * (size_t)(d + dv + dp);
     size_t nkb = a.nbkv * (size_t)nblk * KB, nrows = (size_t)nb * a.nq;
-    size_t nacc = (size_t)nchunk * a.nbkv * (size_t)(dp + dvp) * KB;
+    size_t nacc = (size_t)nchunk * a.nbkv * 2 * (size_t)(dp + dvp) * KB;
     size_t npart = nchunk > 1 && (want & 1) ? nchunk * nrows * d : 0;
     size_t total = npk + nkb + 4 * nrows + 16 + nacc + npart;
     CHECK(ctx, total <= (size_t)INT32_MAX, CLATTN_ERROR_UNSUPPORTED,
