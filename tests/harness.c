@@ -69,6 +69,12 @@ int h_huge(void)
     return s && strcmp(s, "1") == 0;
 }
 
+int h_forced_variant(void)
+{
+    const char *s = getenv("CLATTN_TUNE");
+    return s && *s;
+}
+
 clattn_context *h_ctx_tuned(const char *tuning)
 {
     clattn_params p;

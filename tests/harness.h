@@ -58,6 +58,9 @@ int h_small(void);
 /* CLATTN_TEST_HUGE=1: the tests of the largest accepted sizes run (tensors of GiBs; meson's
  * *-huge tests), else they skip. */
 int h_huge(void);
+/* 1 in a suite's forced variants (CLATTN_TUNE set, tests/meson.build): tests whose contexts all
+ * take their own tunings compute the same there as in the plain run, so they skip. */
+int h_forced_variant(void);
 /* A context over h_ctx's device and queue with this CLATTN_TUNE-syntax tuning (the test fails
  * when it cannot be made); clattn_context_destroy it. */
 clattn_context *h_ctx_tuned(const char *tuning);

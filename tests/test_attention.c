@@ -816,6 +816,8 @@ static void same_bits(const float *x, const float *y, size_t n, size_t i, const 
 static void test_split_launches(void **s)
 {
     (void)s;
+    if (h_forced_variant()) /* its own tunings only (harness.h) */
+        skip();
     static const int l5[] = {5};
     const att_case cases[] = {
         {1, {3}, 37, 700, 64, 40, {H_LENS_2D}},
@@ -874,6 +876,8 @@ static void test_split_launches(void **s)
 static void test_split_value_sums(void **s)
 {
     (void)s;
+    if (h_forced_variant()) /* its own tunings only (harness.h) */
+        skip();
     clattn_context *suite = h_ctx;
     h_ctx = h_ctx_tuned("attention=gpu:BQ=16:BK=8:LOOPS=20000");
     CASES({0, {0}, 3, 100000, 8, 8, {.window = 1, .window_left = 4, .window_right = 4},
@@ -898,6 +902,8 @@ static void test_split_value_sums(void **s)
 static void test_group_order(void **s)
 {
     (void)s;
+    if (h_forced_variant()) /* its own tunings only (harness.h) */
+        skip();
     if (strstr(clattn_context_description(h_ctx), "llvmpipe")) { /* CPU shapes refused there */
         print_message("skipped on llvmpipe: the CPU-shaped kernel's tiles\n");
         skip();
@@ -981,6 +987,8 @@ static void test_huge_keys(void **s)
 static void test_wide_head_tiles(void **s)
 {
     (void)s;
+    if (h_forced_variant()) /* its own tunings only (harness.h) */
+        skip();
     if (strstr(clattn_context_description(h_ctx), "llvmpipe")) { /* CPU shapes refused there */
         print_message("skipped on llvmpipe: the CPU-shaped kernel's tiles\n");
         return;

@@ -1357,6 +1357,8 @@ static void test_additive_scores_backward(void **s)
 static void test_bias_grad_split(void **s)
 {
     (void)s;
+    if (h_forced_variant()) /* its own tunings only (harness.h) */
+        skip();
     clattn_params p;
     memset(&p, 0, sizeof p);
     p.tuning = "softmax=gpu:WG=4:LOOPS=40";
@@ -1376,6 +1378,8 @@ static void test_bias_grad_split(void **s)
 static void test_backward_tiles(void **s)
 {
     (void)s;
+    if (h_forced_variant()) /* its own tunings only (harness.h) */
+        skip();
     static const char *const tunes[] = {"backward=cpu:QR=4:KB=32:VC=16:CH=2",
                                         "backward=cpu:QR=16:KB=16:VC=48:CH=7",
                                         "backward=cpu:QR=1:KB=80:VC=32:CH=1"};

@@ -345,6 +345,8 @@ static void test_long(void **s)
 static void test_row_tiles(void **s)
 {
     (void)s;
+    if (h_forced_variant()) /* its own tunings only (harness.h) */
+        skip();
     if (strstr(clattn_context_description(h_ctx), "llvmpipe")) { /* CPU shapes refused there */
         print_message("skipped on llvmpipe: the CPU-shaped kernel's tiles\n");
         return;
