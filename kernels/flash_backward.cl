@@ -454,8 +454,10 @@ void flash_bwd_cpu(__global const float *Q, int4 ql, __global const float *pk,
         int kfinite = 1;
         for (int k = 0; k < kn; k++)
             kfinite &= !kbad[kbad_off + (size_t)(kb * nblk + blk) * KB + k];
-        for (int i = 0; i < 2 * (dp + dvp) * KB; i++) /* the block's sums and totals start at 0 */
-            ak[i] = 0.0f;
+        for (int i = 0; i < (want & 2 ? dp : 0) * KB; i++) /* sums and totals start at 0 */
+            ak[i] = tk[i] = 0.0f;
+        for (int i = 0; i < (want & 4 ? dvp : 0) * KB; i++)
+            av[i] = tv[i] = 0.0f;
         int pending = 0; /* tiles summed since the last flush */
         for (int g = 0; g < G; g++) {
             int d1 = kvh * G + g, bb = d0 * D1 + d1;

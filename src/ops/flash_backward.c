@@ -47,8 +47,9 @@ clattn_status clattn__enqueue_flash_backward(clattn_context *ctx, const clattn_t
     size_t npart = nchunk > 1 && (want & 1) ? nchunk * nrows * d : 0;
     size_t total = npk + nkb + 4 * nrows + 16 + nacc + npart;
     CHECK(ctx, total <= (size_t)INT32_MAX, CLATTN_ERROR_UNSUPPORTED,
-          "attention backward: %zu elements of packed K and V and row sums exceed 32-bit "
-          "indexing", total);
+          "attention backward: %zu elements of packed K and V, row sums and dK and dV block "
+          "sums exceed 32-bit indexing; the unfused backward (out or opts.lse not given, or "
+          "CLATTN_TUNE=backward=unfused) packs none", total);
     CHECK_ST(clattn__scratch(ctx, CLATTN_SCRATCH_ATTN, total * 4, &buf));
     int kb_off = (int)npk, d_off = (int)(npk + nkb), bad_off = d_off + (int)nrows;
     int off_off = bad_off + (int)nrows, ext_off = off_off + (int)nrows;
