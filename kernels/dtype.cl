@@ -115,18 +115,18 @@ static inline ushort clattn_f32_to_f16(float f) /* OpenCL C refuses a cast to a 
 /* clattn_f32_to_bf16_nonneg: the same bits for values known to be >= 0 and not NaN (the NaN test
  * and the sign's mask left out: softmax.cl's weights). */
 #define CLATTN_BF16_N(N)                                                                         \
-    static inline int##N clattn_bf16_rne##N(int##N x)                                            \
+    static inline uint##N clattn_bf16_rne##N(uint##N x) /* unsigned: NaNs' sums wrap, defined */ \
     {                                                                                            \
-        return (x + (int##N)(0x7fff) + ((x >> 16) & (int##N)(1))) >> 16;                         \
+        return (x + (uint##N)(0x7fff) + ((x >> 16) & (uint##N)(1))) >> 16;                       \
     }                                                                                            \
     static inline ushort##N clattn_f32_to_bf16_nonneg##N(float##N f)                             \
     {                                                                                            \
-        return convert_ushort##N(clattn_bf16_rne##N(as_int##N(f)));                              \
+        return convert_ushort##N(clattn_bf16_rne##N(as_uint##N(f)));                             \
     }                                                                                            \
     static inline ushort##N clattn_f32_to_bf16##N(float##N f)                                    \
     {                                                                                            \
         int##N x = as_int##N(f);                                                                 \
-        int##N r = clattn_bf16_rne##N(x) & (int##N)(0xffff);                                    \
+        int##N r = as_int##N(clattn_bf16_rne##N(as_uint##N(f)));                                 \
         r = (x & (int##N)(0x7fffffff)) > (int##N)(0x7f800000)                                   \
                 ? ((x >> 16) & (int##N)(0xffff)) | (int##N)(0x40)                                \
                 : r;                                                                             \
