@@ -173,6 +173,16 @@ static inline void clattn_kahan16(float16 *tot, float16 *comp, float f, float16 
     *tot = t;
 }
 
+/* TwoSum: a + b rounded, and in *err exactly what that rounding lost (0 once the sum is not
+ * finite, as above), for the caller to carry into its next partial sum: totals that take a
+ * partial sum now and then (every 16 blocks or tiles), the partial keeping the error. */
+static inline float16 clattn_two_sum16(float16 a, float16 b, float16 *err)
+{
+    float16 s = a + b, bv = s - a;
+    *err = fabs(s) < (float16)(INFINITY) ? (a - (s - bv)) + (b - bv) : (float16)(0.0f);
+    return s;
+}
+
 /* The factor 2^-J by which a fused kernel's row scales its weights when its unnormalised sums
  * overflowed (values within a factor n of FLT_MAX): each of the row's n weights is at most wmax
  * (1, or dropout's 1 / (1 - p)), so the scaled ones sum to at most 1/4 and the sums stay below

@@ -558,10 +558,9 @@ TILE_INLINE void cpu_flush(cpu_group *g, cpu_total *t)
     for (int r = 0; r < QR; r++) {
         #pragma unroll
         for (int c = 0; c < NVD; c++) {
-            float16 a = t->tot[r][c] * (float16)(g->cdp[r]), b = g->acc[r][c], s = a + b;
-            float16 bv = s - a, err = (a - (s - bv)) + (b - bv);
-            t->tot[r][c] = s;
-            g->acc[r][c] = fabs(s) < (float16)(INFINITY) ? err : (float16)(0.0f);
+            float16 err, a = t->tot[r][c] * (float16)(g->cdp[r]);
+            t->tot[r][c] = clattn_two_sum16(a, g->acc[r][c], &err);
+            g->acc[r][c] = err;
         }
         g->cdp[r] = 1.0f;
     }

@@ -393,9 +393,9 @@ static inline void bwd_flush(__global float *acc, __global float *tot, int kn, i
 {
     __global float16 *a16 = (__global float16 *)acc, *t16 = (__global float16 *)tot;
     for (int i = 0; i < kn * (ap / 16); i++) {
-        float16 a = t16[i], b = a16[i], s = a + b, bv = s - a;
-        t16[i] = s;
-        a16[i] = fabs(s) < (float16)(INFINITY) ? (a - (s - bv)) + (b - bv) : (float16)(0.0f);
+        float16 err;
+        t16[i] = clattn_two_sum16(t16[i], a16[i], &err);
+        a16[i] = err;
     }
 }
 
