@@ -20,6 +20,20 @@
 #ifndef CLATTN_COMMON_CL
 #define CLATTN_COMMON_CL
 
+/* The kernel shapes a program holds: bit 1 the CPU shape's main kernels, bit 2 the GPU shape's,
+ * 3 (a file built on its own) both, 0 neither (a program of kernels both shapes use: decoding's
+ * merge, append and advance, linear's column sums). The host builds a variant's programs with
+ * its own shape alone (tuning.c), because a GPU driver or Intel's CPU runtime compiles every
+ * kernel of a program at clBuildProgram, and the other shape's cost most of it: flash.cl for
+ * gfx906 (clang 15) 9.2 s with flash_cpu's unrolled register tiles, 0.6 s without; on Intel's
+ * CPU runtime a GPU-shape program 16 s with them, 0.6 s without. The shapes' main kernels are
+ * guarded; their small helpers are not. */
+#ifndef CLATTN_SHAPES
+#define CLATTN_SHAPES 3
+#endif
+#define CLATTN_CPU_SHAPE (CLATTN_SHAPES & 1)
+#define CLATTN_GPU_SHAPE (CLATTN_SHAPES & 2)
+
 /* Helpers are `static inline`: a plain C99 `inline` function has no definition of its own, so a
  * compiler that declines to inline it (or -cl-opt-disable) leaves an unresolved symbol. */
 

@@ -371,6 +371,7 @@ dcpu_keys(float16 acc[RQ][DVP / 16], float *m, float *l, float16 qv[RQ][DP / 16]
  * scores of a row as one vector for the mask and the softmax, then the outputs 16 columns at a
  * time over the 16 keys (RQ accumulators), so that the K and V rows are read once. The unroll
  * pragmas keep the RQ-row tiles in registers (PoCL leaves them on the stack otherwise). */
+#if CLATTN_CPU_SHAPE
 __kernel void decode_cpu(DECODE_PARAMS)
 {
     int s = get_global_id(0), rg = get_global_id(1), bh = get_global_id(2);
@@ -423,6 +424,7 @@ __kernel void decode_cpu(DECODE_PARAMS)
         store_state(part, base + r, nsplit, s, dv, m[r], l[r], sh[r]);
     }
 }
+#endif
 
 /* ---- GPU shape: decode_gpu's steps ---- */
 
@@ -535,6 +537,7 @@ static inline void dgpu_overflow(__local int *ovf, float (*acc)[NCOL], __local f
  * row (the rows of q in local memory), the first RQ items take one row's maximum and sum each,
  * and every item accumulates its NCOL output columns (t, t + WG, ...) over the tile's keys, so V
  * is read coalesced. */
+#if CLATTN_GPU_SHAPE
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
 void decode_gpu(DECODE_PARAMS)
 {
@@ -623,6 +626,7 @@ void decode_gpu(DECODE_PARAMS)
     if (t < nr)
         store_state(part, base + t, nsplit, s, dv, m_l[t], l_l[t], sh[t]);
 }
+#endif
 
 /* out and lse of each query row from its splits' states: weights l_s exp(mz_s - M) / sum over the
  * splits that saw a key with a weight (l > 0), M their largest mz, sum the weights' (normalised

@@ -635,6 +635,7 @@ TILE_INLINE void cpu_store(const cpu_group *g, const cpu_total *tt, int row0, in
  * as before. Rows that are not finite for another reason (a NaN or an infinity among the inputs)
  * are computed twice too: their non-finite outputs stay so, the finite ones change only where a
  * scaled weight falls below FLT_MIN (flushed here: 2^(J-126) of the row's largest). */
+#if CLATTN_CPU_SHAPE
 __kernel void flash_cpu(__global const float *Q, int4 ql, __global const float *kt,
                         __global const float *V, int4 vl, __global const float *vt,
                         int vt_off, __global const float *vh, int vh_off, __global OTYPE *O,
@@ -763,6 +764,7 @@ __kernel void flash_cpu(__global const float *Q, int4 ql, __global const float *
         cpu_store(&grp[gi], &tt[gi], (item * QG + gi) * QR, nq, dv, O, ol, D1, bb, lse, lse_off,
                   lse_s);
 }
+#endif
 
 /* ---- GPU shape: flash_gpu and its steps ---- */
 
@@ -966,6 +968,7 @@ static inline void gpu_store(__global OTYPE *orow, const float4 *acc, float l,
  * sequence, [k_lo, k_hi) counting tiles from the group's first. The stop is the tile where the
  * group's vote stopped in the first part (it skips the rest and the lead tiles), nblk where it
  * stopped at the lead tiles, or -1. */
+#if CLATTN_GPU_SHAPE
 __kernel __attribute__((reqd_work_group_size(BQ, 1, 1)))
 void flash_gpu(__global const QTYPE *Q, int4 ql, __global const KTYPE *K, int4 kl,
                __global const VTYPE *V, int4 vl, __global const float *vt, int vt_off,
@@ -1080,3 +1083,4 @@ void flash_gpu(__global const QTYPE *Q, int4 ql, __global const KTYPE *K, int4 k
         vh && first > 0 && stop >= 0 ? vh + vh_off + ((size_t)kb * nblk + first - 1) * DVP : 0;
     gpu_store(orow, acc, l, z, zh, dv);
 }
+#endif

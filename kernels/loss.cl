@@ -117,6 +117,7 @@ static inline int lse_usable(__global const float *lse, int lse_off, int r)
     return lse && !clattn_lse_coarse(lse[lse_off + r]);
 }
 
+#if CLATTN_CPU_SHAPE
 __kernel void ce_loss_rows(__global const float *x, int x_off, __global const int *labels,
                            int lab_off, __global const int *lens, int lens_off, int nrows, int T,
                            int V, __global float *lse, int lse_off, __global float *ce)
@@ -130,6 +131,7 @@ __kernel void ce_loss_rows(__global const float *x, int x_off, __global const in
         lse[lse_off + r] = ml.x + ml.y;
     ce[r] = pos_weight(lens, lens_off, r, T) * pos_ce(xr, labels[lab_off + r], V, ml);
 }
+#endif
 
 /* loss[b] = sum_t ce[b * T + t] / T, one work-item per sequence, t in order, compensated
  * (clattn_kahan: a plain float32 sum drifts over a long sequence). */
@@ -157,6 +159,7 @@ static inline float pos_coef(__global const int *labels, int lab_off, __global c
     return label == IGNORE ? 0.0f * c : c;
 }
 
+#if CLATTN_CPU_SHAPE
 __kernel void ce_loss_backward_rows(__global const float *x, int x_off,
                                     __global const int *labels, int lab_off,
                                     __global const int *lens, int lens_off, int nrows, int T,
@@ -180,6 +183,7 @@ __kernel void ce_loss_backward_rows(__global const float *x, int x_off,
     for (; v < V; v++)
         dr[v] = c * (clattn_exp_neg((xr[v] - ml.x) - ml.y) - (v == label ? 1.0f : 0.0f));
 }
+#endif
 
 /* ---- GPU shape ---- */
 
@@ -212,6 +216,7 @@ static inline float2 row_ml_wg(__local float *red, int t, __global const float *
     return (float2)(m, log(group_reduce(red, t, s, 1)));
 }
 
+#if CLATTN_GPU_SHAPE
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
 void ce_loss_wg(__global const float *x, int x_off, __global const int *labels, int lab_off,
                 __global const int *lens, int lens_off, int nrows, int T, int V,
@@ -227,7 +232,9 @@ void ce_loss_wg(__global const float *x, int x_off, __global const int *labels, 
         ce[r] = pos_weight(lens, lens_off, r, T) * pos_ce(xr, labels[lab_off + r], V, ml);
     }
 }
+#endif
 
+#if CLATTN_GPU_SHAPE
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
 void ce_loss_backward_wg(__global const float *x, int x_off, __global const int *labels,
                          int lab_off, __global const int *lens, int lens_off, int nrows, int T,
@@ -247,3 +254,4 @@ void ce_loss_backward_wg(__global const float *x, int x_off, __global const int 
     for (int v = t; v < V; v += WG)
         dr[v] = c * (clattn_exp_neg((xr[v] - ml.x) - ml.y) - (v == label ? 1.0f : 0.0f));
 }
+#endif

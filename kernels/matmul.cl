@@ -23,6 +23,7 @@
  *   hence the explicit VN-wide vectors and fma (mad compiles to a separate multiply and add there).
  * - GPU shape (matmul_tiled): local-memory tiles and register blocking, see below. */
 
+#include "common.cl" /* CLATTN_SHAPES */
 #include "dtype.cl"
 
 #ifndef AT
@@ -255,6 +256,7 @@ static inline __attribute__((always_inline)) void gemm_strip(__global const floa
 
 /* A read in place: A(b, i, k) = A[a_off + b*a_bs + i*lda + k]. Bp: packed B panels from element
  * b_off, batch stride b_bs floats (0 = shared). Work-item (pj, rb, b). */
+#if CLATTN_CPU_SHAPE
 __kernel void matmul_rows(__global const float *A, int a_off, int a_bs, int lda,
                           __global const float *Bp, int b_off, int b_bs, __global float *C,
                           int c_off, int M, int N, int K, float alpha, float beta,
@@ -267,8 +269,10 @@ __kernel void matmul_rows(__global const float *A, int a_off, int a_bs, int lda,
                Bp + b_off + b * b_bs + (size_t)pj * TN * K, C + c_off + (size_t)b * M * N, pj,
                rb, M, N, K, alpha, beta, bias ? bias + bias_off : 0);
 }
+#endif
 
 /* Ap: packed A panels, batch stride a_bs floats (0 = shared); Bp as for matmul_rows. */
+#if CLATTN_CPU_SHAPE
 __kernel void matmul_packed(__global const float *Ap, int a_bs, __global const float *Bp, int b_off,
                             int b_bs, __global float *C, int c_off, int M, int N, int K, float alpha,
                             float beta, __global const float *bias, int bias_off)
@@ -280,6 +284,7 @@ __kernel void matmul_packed(__global const float *Ap, int a_bs, __global const f
                C + c_off + (size_t)b * M * N, pj, rb, M, N, K, alpha, beta,
                bias ? bias + bias_off : 0);
 }
+#endif
 
 /* GPU shape (matmul_tiled): a work-group of (TSN / WPTN) x (TSM / WPTM) work-items computes a
  * TSM x TSN tile of C; each work-item accumulates a WPTM x WPTN sub-tile in registers, rows
@@ -368,6 +373,7 @@ __kernel void matmul_packed(__global const float *Ap, int a_bs, __global const f
         }                                                                                         \
     } while (0)
 
+#if CLATTN_GPU_SHAPE
 __kernel __attribute__((reqd_work_group_size(RTSN, RTSM, 1)))
 void matmul_tiled(__global const CLATTN_T(AT) *A, int a_off, int a_bs, int a_si, int a_sk, int a_vec,
                   __global const CLATTN_T(BT) *B, int b_off, int b_bs, int b_sk, int b_sj, int b_vec,
@@ -432,6 +438,7 @@ void matmul_tiled(__global const CLATTN_T(AT) *A, int a_off, int a_bs, int a_si,
         }
     }
 }
+#endif
 
 /* ---- linear's bias gradient ----
  * y[c] = sum of x[r * cols + c] over rows r in [r_lo, r_hi) (float32, row-major (rows, cols) at

@@ -427,6 +427,7 @@ static inline float softmax_prefix(__global const XTYPE *xr, __global YTYPE *yr,
     return m + log(s);
 }
 
+#if CLATTN_CPU_SHAPE
 __kernel void masked_softmax_rows(__global const XTYPE *x, int x_off, __global YTYPE *y, int y_off,
                                   __global float *lse, int lse_off, int nrows, int K, MASK_PARAMS)
 {
@@ -504,7 +505,9 @@ __kernel void masked_softmax_rows(__global const XTYPE *x, int x_off, __global Y
         STY(e * inv, yr + k);
     }
 }
+#endif
 
+#if CLATTN_GPU_SHAPE
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
 void masked_softmax_wg(__global const XTYPE *x, int x_off, __global YTYPE *y, int y_off,
                        __global float *lse, int lse_off, int nrows, int K, MASK_PARAMS)
@@ -561,6 +564,7 @@ void masked_softmax_wg(__global const XTYPE *x, int x_off, __global YTYPE *y, in
         STY(e * inv, yr + k);
     }
 }
+#endif
 
 /* ---- backward ----
  * The gradient with respect to the scores x given the forward's output y and the gradient dy of
@@ -569,6 +573,7 @@ void masked_softmax_wg(__global const XTYPE *x, int x_off, __global YTYPE *y, in
  * passes no gradient to what it replaced). The sum runs over every key, blocked ones included
  * (their weights are part of the softmax), so a NaN there reaches the whole row, as in PyTorch.
  * The forward's bias and ALiBi leave this unchanged; its fill does not enter. */
+#if CLATTN_CPU_SHAPE
 __kernel void masked_softmax_backward_rows(__global const float *y, int y_off,
                                            __global const float *dy, int dy_off,
                                            __global float *dx, int dx_off, int nrows, int K,
@@ -603,7 +608,9 @@ __kernel void masked_softmax_backward_rows(__global const float *y, int y_off,
         dxr[k] = clattn_open(k, lo, limit, mrow, ms.w) ? g : 0.0f;
     }
 }
+#endif
 
+#if CLATTN_GPU_SHAPE
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
 void masked_softmax_backward_wg(__global const float *y, int y_off, __global const float *dy,
                                 int dy_off, __global float *dx, int dx_off, int nrows, int K,
@@ -637,6 +644,7 @@ void masked_softmax_backward_wg(__global const float *y, int y_off, __global con
         dxr[k] = clattn_open(k, lo, limit, mrow, ms.w) ? g : 0.0f;
     }
 }
+#endif
 
 /* The bias gradient: db[i] = the sum of dx (float32 (D0, D1, Q, K), contiguous at dx_off) over
  * every score element the bias element i reaches, the bias laid out contiguously by its strides

@@ -838,6 +838,68 @@ static void run_battery(clattn_context *c, const char *tuning, int cheap)
     h_ctx = saved;
 }
 
+/* Whether the program of kernel k holds a kernel called name. */
+static int program_has(cl_kernel k, const char *name)
+{
+    cl_program p;
+    char names[2048];
+    assert_int_equal(clGetKernelInfo(k, CL_KERNEL_PROGRAM, sizeof p, &p, NULL), CL_SUCCESS);
+    assert_int_equal(clGetProgramInfo(p, CL_PROGRAM_KERNEL_NAMES, sizeof names, names, NULL),
+                     CL_SUCCESS);
+    for (char *tok = strtok(names, ";"); tok; tok = strtok(NULL, ";"))
+        if (strcmp(tok, name) == 0)
+            return 1;
+    return 0;
+}
+
+/* A cpu or gpu variant's program holds its own shape's main kernels and not the other's, and a
+ * program of shared kernels neither (common.cl's CLATTN_SHAPES: the other shape's kernels cost a
+ * GPU driver's build most of its time). A variant the device refuses (the CPU shapes on
+ * llvmpipe) is passed over. */
+static void test_program_shapes(void **s)
+{
+    (void)s;
+    static const struct {
+        const char *op, *file, *cpu, *gpu;
+    } files[] = {
+        {"attention", "flash.cl", "flash_cpu", "flash_gpu"},
+        {"decode", "decode.cl", "decode_cpu", "decode_gpu"},
+        {"matmul", "matmul.cl", "matmul_packed", "matmul_tiled"},
+        {"softmax", "softmax.cl", "masked_softmax_rows", "masked_softmax_wg"},
+        {"softmax", "softmax.cl", "masked_softmax_backward_rows", "masked_softmax_backward_wg"},
+        {"softmax", "loss.cl", "ce_loss_rows", "ce_loss_wg"},
+    };
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++)
+        for (int gpu = 0; gpu < 2; gpu++) {
+            char tuning[64];
+            clattn_context *c = NULL;
+            clattn_params p = {0};
+            clattn_tuning t;
+            cl_kernel k;
+            const char *own = gpu ? files[i].gpu : files[i].cpu;
+            const char *other = gpu ? files[i].cpu : files[i].gpu;
+            snprintf(tuning, sizeof tuning, "%s=%s", files[i].op, gpu ? "gpu" : "cpu");
+            p.tuning = tuning;
+            if (clattn_context_create(&c, &p) != CLATTN_SUCCESS)
+                continue;
+            assert_int_equal(clattn__tune(c, files[i].op, &t), CLATTN_SUCCESS);
+            assert_int_equal(clattn__get_kernel(c, files[i].file, t.defines, own, &k),
+                             CLATTN_SUCCESS);
+            if (program_has(k, other))
+                fail_msg("%s: the program of %s (%s) holds %s", tuning, own, t.defines, other);
+            clattn_context_destroy(&c);
+        }
+    /* the shared kernels' programs */
+    clattn_context *c = h_ctx;
+    cl_kernel k;
+    assert_int_equal(clattn__get_kernel(c, "decode.cl", SHARED_ONLY, "decode_merge", &k),
+                     CLATTN_SUCCESS);
+    assert_false(program_has(k, "decode_cpu") || program_has(k, "decode_gpu"));
+    assert_int_equal(clattn__get_kernel(c, "matmul.cl", SHARED_ONLY, "column_sums", &k),
+                     CLATTN_SUCCESS);
+    assert_false(program_has(k, "matmul_packed") || program_has(k, "matmul_tiled"));
+}
+
 static void test_fuzz(void **s)
 {
     (void)s;
@@ -885,6 +947,7 @@ int main(void)
         cmocka_unit_test(test_accepted),
         cmocka_unit_test(test_device_limits),
         cmocka_unit_test(test_half),
+        cmocka_unit_test(test_program_shapes),
         cmocka_unit_test(test_fuzz),
     };
     return cmocka_run_group_tests_name("tuning", tests, h_setup, h_teardown);

@@ -94,6 +94,10 @@ static const struct {
     {"decode.cl", "-D CLATTN_FP16=2 -D ALIGN16=1 -D CT=2 "},
     {"matmul.cl", "-D CLATTN_FP16=2 -D AT=2 -D BT=2 "},
     {"flash.cl", "-D CLATTN_FP16=2 -D QT=2 -D KT=2 -D VT=2 -D OT=2 "},
+    /* the programs of the shared kernels alone (SHARED_ONLY: decode's merge and advance,
+     * linear's column sums) */
+    {"decode.cl", "-D CLATTN_SHAPES=0 "},
+    {"matmul.cl", "-D CLATTN_SHAPES=0 "},
     /* the loss kernels build with the softmax variant's defines (src/ops/loss.c) */
     {"loss.cl", "-D VW=8 "},
     {"loss.cl", "-D WG=64 "},

@@ -304,7 +304,7 @@ static clattn_status enqueue_append(clattn_context *ctx, const clattn_kv_cache *
     int kn_off = (int)c->k_new->offset, vn_off = (int)c->v_new->offset;
     int k_off = (int)c->k_cache->offset, v_off = (int)c->v_cache->offset;
     int l_off = (int)c->lens->offset;
-    char defines[64] = "";
+    char defines[64] = SHARED_ONLY;
     clattn__dtype_define(defines, sizeof defines, "CT", p->ct);
     clattn__dtype_define(defines, sizeof defines, "NT", p->nt);
     CHECK_ST(clattn__get_kernel(ctx, "decode.cl", defines, "decode_append", &k));
@@ -357,7 +357,7 @@ static clattn_status enqueue_merge(clattn_context *ctx, const clattn_kv_cache *c
     int cpi = p->gpu ? 1 : p->dv; /* columns per work-item: all on CPUs (one exp per split) */
     int o_off = (int)out->offset, lse_off = lse ? (int)lse->offset : 0;
     cl_mem lse_buf = lse ? lse->buf : NULL;
-    CHECK_ST(clattn__get_kernel(ctx, "decode.cl", "", "decode_merge", &k));
+    CHECK_ST(clattn__get_kernel(ctx, "decode.cl", SHARED_ONLY, "decode_merge", &k));
     CHECK_ST(clattn__set_args(ctx, k, "decode_merge", ARG(part), ARG(p->nsplit), ARG(p->dv),
                               ARG(cpi), ARG(per_seq), ARG(c->lens->buf), ARG(l_off), ARG(p->Kmax),
                               ARG(p->A), ARG(out->buf), ARG(o_off), ARG(lse_buf), ARG(lse_off),
@@ -375,7 +375,7 @@ static clattn_status enqueue_advance(clattn_context *ctx, const clattn_kv_cache 
     clattn_status st = CLATTN_SUCCESS;
     cl_kernel k;
     int l_off = (int)c->lens->offset;
-    CHECK_ST(clattn__get_kernel(ctx, "decode.cl", "", "decode_advance", &k));
+    CHECK_ST(clattn__get_kernel(ctx, "decode.cl", SHARED_ONLY, "decode_advance", &k));
     CHECK_ST(clattn__set_args(ctx, k, "decode_advance", ARG(c->lens->buf), ARG(l_off),
                               ARG(p->Kmax), ARG(p->Qn), ARG(p->B), ARGS_END));
     size_t gws = (size_t)p->B;

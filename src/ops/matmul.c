@@ -467,7 +467,7 @@ clattn_status clattn__enqueue_column_sums(clattn_context *ctx, const clattn_tens
      * scalar sums over the rows */
     CHECK_ST(clattn__loop_units(ctx, clattn__loop_budget(ctx, &t), 32, 15, (size_t)rows, &chunk,
                                 "linear_backward: the bias gradient's sum over rows"));
-    CHECK_ST(clattn__get_kernel(ctx, "matmul.cl", "", "column_sums", &k));
+    CHECK_ST(clattn__get_kernel(ctx, "matmul.cl", SHARED_ONLY, "column_sums", &k));
     for (long r_at = 0; r_at < rows; r_at += (long)chunk) { /* long: see matmul's k-slices */
         int r0 = (int)r_at;
         int r1 = (size_t)(rows - r0) < chunk ? rows : r0 + (int)chunk, acc = r0 > 0;

@@ -618,7 +618,11 @@ static clattn_status start_variant(clattn_context *ctx, clattn_tuning *t, const 
 
 static void write_defines(clattn_tuning *t)
 {
+    int cpu = strcmp(t->variant, "cpu") == 0, gpu = strcmp(t->variant, "gpu") == 0;
     t->defines[0] = '\0';
+    /* the variant's own shape of kernels in its programs (common.cl's CLATTN_SHAPES) */
+    if (cpu || gpu)
+        clattn__define(t->defines, sizeof t->defines, "CLATTN_SHAPES", cpu ? 1 : 2);
     for (int i = 0; i < t->nparams; i++)
         /* host-side: kernels never see them (LOOPS: the loop budget; SK: decode's split, CH:
          * the backward's key chunks, kernel arguments), so they build no programs of their own */
