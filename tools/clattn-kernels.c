@@ -96,8 +96,8 @@ static const struct {
     {"flash.cl", "-D CLATTN_FP16=2 -D QT=2 -D KT=2 -D VT=2 -D OT=2 "},
     /* the programs of the shared kernels alone (SHARED_ONLY: decode's merge and advance,
      * linear's column sums) */
-    {"decode.cl", "-D CLATTN_SHAPES=0 "},
-    {"matmul.cl", "-D CLATTN_SHAPES=0 "},
+    {"decode.cl", SHARED_ONLY},
+    {"matmul.cl", SHARED_ONLY},
     /* the loss kernels build with the softmax variant's defines (src/ops/loss.c) */
     {"loss.cl", "-D VW=8 "},
     {"loss.cl", "-D WG=64 "},

@@ -234,10 +234,11 @@ clattn_status clattn__cast_out(clattn_context *ctx, const clattn_tensor *t32,
 /* Appends "-D name=value " to the build options in buf (as much as fits); the dtype form appends
  * nothing for float32, the kernels' default. Both return buf. */
 char *clattn__define(char *buf, size_t size, const char *name, int value);
-/* The defines of a program of a file's shared kernels alone (merges, appends): neither shape's
- * main kernels (common.cl's CLATTN_SHAPES; a variant's tuning defines name its own). */
-#define SHARED_ONLY "-D CLATTN_SHAPES=0 "
 char *clattn__dtype_define(char *buf, size_t size, const char *name, clattn_dtype dtype);
+/* The defines of a program of kernels both shapes use (decoding's merge, append and advance,
+ * linear's column sums): neither shape's main kernels (common.cl's CLATTN_SHAPES; a variant's
+ * tuning defines name its own). */
+#define SHARED_ONLY "-D CLATTN_SHAPES=0 "
 #define ARG(x) sizeof(x), (const void *)&(x)
 #define ARGS_END ((size_t)0)
 /* Builds the complete option string of a program (common options + tuning defines) into buf;
