@@ -232,9 +232,7 @@ void ce_loss_wg(__global const float *x, int x_off, __global const int *labels, 
         ce[r] = pos_weight(lens, lens_off, r, T) * pos_ce(xr, labels[lab_off + r], V, ml);
     }
 }
-#endif
 
-#if CLATTN_GPU_SHAPE
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
 void ce_loss_backward_wg(__global const float *x, int x_off, __global const int *labels,
                          int lab_off, __global const int *lens, int lens_off, int nrows, int T,

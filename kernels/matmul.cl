@@ -269,10 +269,8 @@ __kernel void matmul_rows(__global const float *A, int a_off, int a_bs, int lda,
                Bp + b_off + b * b_bs + (size_t)pj * TN * K, C + c_off + (size_t)b * M * N, pj,
                rb, M, N, K, alpha, beta, bias ? bias + bias_off : 0);
 }
-#endif
 
 /* Ap: packed A panels, batch stride a_bs floats (0 = shared); Bp as for matmul_rows. */
-#if CLATTN_CPU_SHAPE
 __kernel void matmul_packed(__global const float *Ap, int a_bs, __global const float *Bp, int b_off,
                             int b_bs, __global float *C, int c_off, int M, int N, int K, float alpha,
                             float beta, __global const float *bias, int bias_off)
