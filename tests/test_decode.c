@@ -369,6 +369,33 @@ static void test_row_tiles(void **s)
     h_ctx = saved;
 }
 
+/* decode_gpu at the edges of what its tuning takes (README's range table): the fewest items per
+ * group (3: one and two aborted PoCL 3.1's compiler at value head sizes past 16) with as many
+ * rows as items and with one, a key column per stage and 256, head sizes 256 (the most output
+ * columns per item) and 17, 16 rows per group (within 32 KiB of local memory, as Oclgrind
+ * has); values near FLT_MAX take the overflow redo. */
+static void test_gpu_tiles(void **s)
+{
+    (void)s;
+    if (h_forced_variant()) /* its own tunings only (harness.h) */
+        skip();
+    static const char *const tunes[] = {"decode=gpu:WG=3:RQ=3:KC=1:SK=48",
+                                        "decode=gpu:WG=3:RQ=1:KC=256:SK=16",
+                                        "decode=gpu:WG=5:RQ=2:KC=7:SK=32",
+                                        "decode=gpu:WG=16:RQ=16:KC=64:SK=128"};
+    clattn_context *saved = h_ctx; /* run() takes h_ctx (on a failure the later tests fail too) */
+    for (size_t t = 0; t < sizeof tunes / sizeof tunes[0]; t++) {
+        h_ctx = saved;
+        h_ctx = h_ctx_tuned(tunes[t]);
+        CASES({1, 4, 2, 1, 61, 256, 256, {61}}, {2, 16, 1, 1, 50, 17, 17, {0, 49}},
+              {1, 6, 2, 2, 40, 33, 256, {35}, 1, 0, 1},
+              {1, 3, 1, 1, 37, 16, 48, {37}, .qscale = 1e-3, .vscale = 3e38},
+              {1, 4, 1, 1, 29, 40, 24, {29}, .nan_v = 2});
+        clattn_context_destroy(&h_ctx);
+    }
+    h_ctx = saved;
+}
+
 /* ALiBi slopes per head and per sequence and head, counted from each sequence's own last key:
  * GQA and MQA, appends with causal rows, windows, lengths 0 and full, large slopes (logits to
  * -1e4), long caches over many splits. */
@@ -648,6 +675,7 @@ int main(void)
         cmocka_unit_test(test_huge_values),
         cmocka_unit_test(test_alibi),
         cmocka_unit_test(test_row_tiles),
+        cmocka_unit_test(test_gpu_tiles),
         cmocka_unit_test(test_sync_rejects_lens),
         cmocka_unit_test(test_16bit),
         cmocka_unit_test(test_16bit_bad_input),

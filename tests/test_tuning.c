@@ -73,8 +73,8 @@ static void test_refused(void **s)
         {"attention=gpu:BK=0", "BK=0"}, {"attention=gpu:BK=257", "BK=257"},
         {"attention=gpu:BQ=257", "BQ=257"}, {"attention=gpu:BQ=64:BK=2", "BQ=64"},
         {"attention=gpu:BQ=17:BK=1", "BQ=17"},
-        /* decode=gpu: one item per group aborted PoCL 3.1's compiler */
-        {"decode=gpu:WG=1:RQ=1", "WG=1"},
+        /* decode=gpu: one or two items per group aborted PoCL 3.1's compiler */
+        {"decode=gpu:WG=1:RQ=1", "WG=1"}, {"decode=gpu:WG=2:RQ=1", "WG=2"},
         /* matmul=cpu */
         {"matmul=cpu:TN=20", "TN=20"}, {"matmul=cpu:TN=512:VN=16", "TN=512"}, {"matmul=cpu:VN=4", "VN=4"},
         {"matmul=cpu:TM=9:TN=64:VN=8", "TM x TN / VN"}, {"matmul=cpu:TM=65", "TM=65"},

@@ -301,11 +301,12 @@ static const param_range attention_gpu_ranges[] = {
 /* RQ query rows per item (private q and output rows), SK keys per split (host-side too). */
 static const param_range decode_cpu_ranges[] = {
     {"RQ", 1, 16, ANY}, {"SK", 16, 1 << 20, MUL16}, {NULL, 0, 0, 0}};
-/* decode=gpu's WG from 2: with one item per group PoCL 3.1's compiler aborts the process building
- * decode_gpu (an assertion in its parallel-region pass: exit != NULL), and one item is never a
- * GPU's choice. */
+/* decode=gpu's WG from 3: with one item per group, and with two at value head sizes past 16, PoCL
+ * 3.1's compiler aborts the process building decode_gpu (an assertion in its parallel-region
+ * pass: exit != NULL; 3 and up build at every head size), and such groups are never a GPU's
+ * choice. */
 static const param_range decode_gpu_ranges[] = {
-    {"RQ", 1, 16, ANY}, {"WG", 2, 1024, ANY}, {"SK", 16, 1 << 20, MUL16}, {"KC", 1, 256, ANY},
+    {"RQ", 1, 16, ANY}, {"WG", 3, 1024, ANY}, {"SK", 16, 1 << 20, MUL16}, {"KC", 1, 256, ANY},
     LOOPS_RANGE, {NULL, 0, 0, 0}};
 /* CH: key chunks per K/V head (0: the host's choice), each with its own partial dQ. */
 static const param_range backward_cpu_ranges[] = {
