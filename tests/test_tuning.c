@@ -478,6 +478,13 @@ static const fz_variant fz_variants[] = {
       {"VC", "16,32,48,64,128,8,20,272"},
       {"CH", "0,1,2,3,5,4096,4097"}}},
     {"backward", "unfused", {{NULL, NULL}}},
+    {"decode", "cpu", {{"RQ", "1,2,3,4,5,8,16,0,17"}, {"SK", "16,32,48,256,1024,1048576,8,24"}}},
+    {"decode", "gpu",
+     {{"RQ", "1,2,3,4,8,16,0,17"},
+      {"WG", "3,4,5,8,16,64,128,1024,1,2,1025"},
+      {"SK", "16,48,256,1024,8"},
+      {"KC", "1,7,16,64,256,0,257"},
+      {"LOOPS", "0,7280,8000,20000,1073741824,1073741825"}}},
 };
 static const char *const fz_junk[] = {"0", "-1", "-16", "2147483648", "99999999999999999999",
                                       "abc", "", "+8", "0x10", "8 ", "1e3"};
@@ -740,6 +747,70 @@ static void battery_attention(const clattn_tuning *t, int cheap)
     free(got);
 }
 
+/* KV-cache decoding (B 1-2, grouped heads, 1-3 new rows without an append, each sequence's own
+ * length, 0 included) against a double reference over each row's keys; the output poisoned and
+ * guarded. Head sizes stay small unless `cheap` is 0, as in battery_attention (decode_cpu keeps
+ * RQ rows of q and of the output in registers). */
+static void battery_decode(const clattn_tuning *t, int cheap)
+{
+    static const int sizes[] = {1, 17, 64, 100, 256};
+    int top = cheap && clattn__tune_int(t, "RQ", 4) > 4 ? 2 : 4;
+    int d = sizes[h_randint(0, top)], dv = sizes[h_randint(0, top)];
+    int B = h_randint(1, 2), Hkv = h_randint(1, 2), G = h_randint(1, 5), Qn = h_randint(1, 3);
+    int Hq = G * Hkv, Kmax = h_randint(1, 300), lens[2];
+    size_t qd[4] = {(size_t)B, (size_t)Hq, (size_t)Qn, (size_t)d};
+    size_t kd[4] = {(size_t)B, (size_t)Hkv, (size_t)Kmax, (size_t)d};
+    size_t vd[4] = {(size_t)B, (size_t)Hkv, (size_t)Kmax, (size_t)dv};
+    size_t od[4] = {(size_t)B, (size_t)Hq, (size_t)Qn, (size_t)dv};
+    size_t qn = (size_t)B * Hq * Qn * d, kn = (size_t)B * Hkv * Kmax * d;
+    size_t vn = (size_t)B * Hkv * Kmax * dv, on = (size_t)B * Hq * Qn * dv;
+    float *q = malloc(qn * 4), *k = malloc(kn * 4), *v = malloc(vn * 4);
+    double *ref = calloc(on, 8), *scale = calloc(on, 8), *w = malloc((size_t)Kmax * 8);
+    h_fill(q, qn, -1, 1);
+    h_fill(k, kn, -1, 1);
+    h_fill(v, vn, -1, 1);
+    for (int b = 0; b < B; b++)
+        lens[b] = chance(0.2) ? (chance(0.5) ? 0 : Kmax) : h_randint(0, Kmax);
+    clattn_tensor tq = h_tensor(CLATTN_FLOAT32, 4, qd, q), tk = h_tensor(CLATTN_FLOAT32, 4, kd, k);
+    clattn_tensor tv = h_tensor(CLATTN_FLOAT32, 4, vd, v);
+    clattn_tensor tl = h_tensor(CLATTN_INT32, 1, H_DIMS((size_t)B), lens);
+    guarded o = guarded_make(4, od);
+    clattn_kv_cache c = {&tk, &tv, &tl, NULL, NULL, 0};
+    char what[512];
+    snprintf(what, sizeof what, "CLATTN_TUNE=%s, decode B=%d Hq=%d Hkv=%d Qn=%d Kmax=%d d=%d "
+             "dv=%d lens %d %d", cur_tune, B, Hq, Hkv, Qn, Kmax, d, dv, lens[0],
+             B > 1 ? lens[1] : -1);
+    if (clattn_decode_attention(h_ctx, &tq, &c, NULL, &o.view) != CLATTN_SUCCESS)
+        fail_msg("%s: %s", what, clattn_last_error(h_ctx));
+    float *got = guarded_read(&o, what);
+    /* row (b, h, i) attends to the first lens[b] keys of K/V head h / G (none: zeros) */
+    for (size_t row = 0; row < (size_t)B * Hq * Qn; row++) {
+        size_t b = row / ((size_t)Hq * Qn), h = row / Qn % Hq, bh = b * Hkv + h / G;
+        const float *qr = q + row * d, *kb = k + bh * Kmax * d, *vb = v + bh * Kmax * dv;
+        double m = -INFINITY, sum = 0;
+        for (int j = 0; j < lens[b]; j++) {
+            double x = 0;
+            for (int e = 0; e < d; e++)
+                x += (double)qr[e] * kb[(size_t)j * d + e];
+            w[j] = x / sqrt((double)d);
+            m = fmax(m, w[j]);
+        }
+        for (int j = 0; j < lens[b]; j++)
+            sum += w[j] = exp(w[j] - m);
+        for (int j = 0; j < lens[b]; j++)
+            for (int e = 0; e < dv; e++) {
+                ref[row * dv + e] += w[j] / sum * vb[(size_t)j * dv + e];
+                scale[row * dv + e] += w[j] / sum * fabs(vb[(size_t)j * dv + e]);
+            }
+        for (int e = 0; e < dv; e++) /* zeros (L = 0) must come out exactly */
+            scale[row * dv + e] = fmax(scale[row * dv + e], 1e-30);
+    }
+    h_assert_scaled(got, ref, scale, on, OUT_TOL, what);
+    clattn_tensor_release(&tq); clattn_tensor_release(&tk); clattn_tensor_release(&tv);
+    clattn_tensor_release(&tl);
+    free(q); free(k); free(v); free(ref); free(scale); free(w); free(got);
+}
+
 /* The attention backward with the forward's out and LSE (the fused path under backward=cpu),
  * every gradient, against the double reference. Head sizes stay small unless `cheap` is 0, as
  * in battery_attention. */
@@ -834,6 +905,10 @@ static void run_battery(clattn_context *c, const char *tuning, int cheap)
     if (names_op(tuning, "backward")) {
         assert_int_equal(clattn__tune(c, "backward", &t), CLATTN_SUCCESS);
         battery_backward(&t, cheap);
+    }
+    if (names_op(tuning, "decode")) {
+        assert_int_equal(clattn__tune(c, "decode", &t), CLATTN_SUCCESS);
+        battery_decode(&t, cheap);
     }
     h_ctx = saved;
 }
