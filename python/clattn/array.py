@@ -121,11 +121,24 @@ class Array:
         return self._t
 
     def __len__(self):
-        return self.shape[0]
+        return self.tensor.dims[0]
+
+    def __iter__(self):
+        """Views along the first dim, as a[0], a[1], ... (a 1-D Array's elements are not views:
+        iterate over numpy())."""
+        if self.tensor.ndim == 1:
+            raise TypeError("iteration: the elements of a 1-D Array are not views; iterate over "
+                            "its numpy()")
+        return (self[i] for i in range(len(self)))
+
+    def __reversed__(self):
+        return reversed(list(iter(self)))
 
     def __repr__(self):
         if not self._t.buf:
             return "clattn.Array(released)"
+        if not self.context._handle:
+            return f"clattn.Array(shape={self.shape}, dtype={self.dtype}, context closed)"
         body = np.array2string(self.numpy(), separator=", ", prefix="clattn.Array(")
         return f"clattn.Array({body}, dtype={self.dtype})"
 
@@ -148,6 +161,9 @@ class Array:
         return out
 
     def __array__(self, dtype=None, copy=None):
+        if copy is False:  # NumPy 2's protocol: no copy asked for, none possible
+            raise ValueError("copy: a clattn.Array's data is on the device; reading it makes a "
+                             "copy (copy=False cannot be met)")
         a = self.numpy()
         return a if dtype is None else a.astype(dtype)
 
@@ -179,6 +195,7 @@ class Array:
         """A new array converted on the device (clattn_convert: any two float dtypes, rounding
         to nearest even)."""
         dtype = dtype_name(dtype)
+        self.tensor  # noqa: B018 (a released Array fails here, by that name)
         if dtype not in FLOAT_DTYPES or self.dtype not in FLOAT_DTYPES:
             raise TypeError(f"dtype: astype converts between float dtypes "
                             f"({', '.join(FLOAT_DTYPES)}), got {self.dtype} to {dtype}")
@@ -239,7 +256,7 @@ class Array:
         if hasattr(data, "base_data"):  # pyopencl.array.Array
             if not data.flags.c_contiguous:
                 raise ValueError("data: the pyopencl array is not C-contiguous")
-            dtype = dtype_name(data.dtype, "data")
+            dtype = _pyopencl_dtype(data.dtype, dtype)
             item = _ITEMSIZE[dtype]
             if data.offset % item:
                 raise ValueError(f"data: byte offset {data.offset} is not a multiple of {item}")
@@ -277,10 +294,26 @@ class Array:
     def release(self):
         """Drops this Array's hold on its buffer: the memory is freed once no Array over it (an
         owner or a view) holds it, and OpenCL keeps it until enqueued work using it has run.
-        Under the context's lock: another thread's call on this Array holds it for the call."""
+        Under the context's lock, so never during another thread's call on this Array; a call
+        another thread has begun with it and that waits for the lock fails instead ("tensor has
+        no buffer"): its tensor is cleared in place, the one that call passes, so that it never
+        reaches freed memory."""
         with self.context._lock:
-            self._t = _lib.Tensor()
+            ctypes.memset(ctypes.addressof(self._t), 0, ctypes.sizeof(self._t))
             self._base = None
+
+
+def _pyopencl_dtype(npdt, dtype):
+    """The clattn dtype of a pyopencl array of NumPy dtype npdt; dtype, when given, must agree,
+    except that "bfloat16" names the uint16 arrays to_pyopencl makes of bfloat16 Arrays."""
+    if dtype is not None:
+        name = dtype_name(dtype)
+        if name == "bfloat16" and np.dtype(npdt) == np.uint16:
+            return name
+        if name != dtype_name(npdt, "data"):
+            raise TypeError(f"dtype: {name} differs from the pyopencl array's {np.dtype(npdt)}")
+        return name
+    return dtype_name(npdt, "data")
 
 
 def empty(ctx, shape, dtype="float32"):

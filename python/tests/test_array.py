@@ -1,6 +1,8 @@
 """Device arrays: transfers, the 16-bit conversions against a host implementation written here
 from the IEEE rules, views, and bad input."""
 import math
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -164,12 +166,71 @@ def test_release(ctx):
     a.release()  # idempotent
 
 
+def test_released_array_errors_name_it(ctx):
+    a = ctx.zeros((2, 3))
+    a.release()
+    for f in (len, lambda x: x.copy(), lambda x: x.astype("float16"), list):
+        with pytest.raises(ValueError, match="released"):
+            f(a)
+
+
+def test_release_while_a_call_waits_for_the_lock(ctx):
+    # Another thread's call has built its arguments from X and waits for the context's lock
+    # (held here, as by a third thread's blocking call) when X is released and its memory
+    # reused: the call fails naming the missing buffer, never reads freed memory (a crash).
+    X = ctx.array(np.ones((64, 64), np.float32))
+    out = ctx.empty((64, 64))
+    res = {}
+
+    def op():
+        try:
+            clattn.masked_softmax(X, out=out, ctx=ctx)
+            res["ran"] = True
+        except clattn.Error as e:
+            res["error"] = str(e)
+    with ctx._lock:
+        t = threading.Thread(target=op)
+        t.start()
+        time.sleep(0.3)
+        X.release()
+        keep = [ctx.array(np.full((64, 64), 7.0, np.float32)) for _ in range(4)]
+    t.join()
+    assert "ran" not in res and "no buffer" in res["error"], res
+    assert len(keep) == 4
+
+
+def test_iteration_over_views_only(ctx):
+    a = ctx.array(np.arange(6, dtype=np.float32).reshape(3, 2))
+    assert [r.numpy().tolist() for r in a] == [[0, 1], [2, 3], [4, 5]]
+    assert [r.numpy().tolist() for r in reversed(a)] == [[4, 5], [2, 3], [0, 1]]
+    # a 1-D Array's elements are not views: an error, not an empty iteration (a[0] raises
+    # IndexError, which Python's fallback iteration took for the end)
+    with pytest.raises(TypeError, match="1-D"):
+        list(a[0])
+    with pytest.raises(TypeError):
+        2.0 in a[1]
+
+
+def test_numpy_copy_protocol(ctx):
+    a = ctx.array(np.ones(3, np.float32))
+    assert np.asarray(a).tolist() == [1, 1, 1]
+    with pytest.raises(ValueError, match="copy"):
+        np.asarray(a, copy=False)
+
+
 def test_repr_and_context(ctx):
     a = ctx.array(np.array([[1.5, 2.0]], np.float32))
     assert repr(a) == "clattn.Array([[1.5, 2. ]], dtype=float32)"
     assert ctx.description in repr(ctx)
     assert any(d.selected for d in clattn.devices())
     assert clattn.array([1.0]).context is clattn.default_context()
+
+
+def test_repr_after_close():
+    c = clattn.Context()
+    a = c.zeros((1, 2))
+    c.close()
+    assert repr(a) == "clattn.Array(shape=(1, 2), dtype=float32, context closed)"
 
 
 def test_view_outlives_release_of_its_base(ctx):

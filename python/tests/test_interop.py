@@ -53,6 +53,19 @@ def test_interop_bad_input(shared):
         clattn.Array.from_pyopencl(c, cla.zeros(queue, 4, np.float64))
 
 
+def test_bfloat16_through_pyopencl(shared):
+    # to_pyopencl gives a bfloat16 Array as uint16; from_pyopencl takes it back when told
+    c, queue = shared
+    a = c.array(np.array([1.5, -2.0, 3.25], np.float32)).astype("bfloat16")
+    pa = a.to_pyopencl(queue)
+    assert pa.dtype == np.uint16
+    back = clattn.Array.from_pyopencl(c, pa, dtype="bfloat16")
+    assert back.dtype == "bfloat16"
+    assert back.astype("float32").numpy().tolist() == [1.5, -2.0, 3.25]
+    with pytest.raises(TypeError, match="dtype: float16 differs"):
+        clattn.Array.from_pyopencl(c, cla.zeros(queue, 4, np.float32), dtype="float16")
+
+
 def test_views_and_contexts_over_one_cl_context(ctx, shared, rng):
     c, queue = shared
     data = rng.standard_normal((3, 4)).astype(np.float32)
