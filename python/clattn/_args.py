@@ -43,6 +43,8 @@ def float32_arg(value, name):
     """value as a float that float32 holds as itself or as an infinity it already was, else an
     error naming the argument: ctypes' c_float would make 1e40 an infinity without a word."""
     try:
+        if isinstance(value, (str, bytes)):  # float() would parse "0.5"
+            raise TypeError
         v = float(value)
     except (TypeError, ValueError):
         raise TypeError(f"{name}: expected a number, got {value!r}") from None
@@ -52,6 +54,14 @@ def float32_arg(value, name):
 
 
 _FLT_MAX = float(np.finfo(np.float32).max)
+
+
+def probability_arg(value, name):
+    """value as a float in [0, 1], else an error naming the argument."""
+    p = float32_arg(value, name)
+    if not 0.0 <= p <= 1.0:
+        raise ValueError(f"{name}: expected a probability in [0, 1], got {value}")
+    return p
 
 
 def dropout_key(seed, offset):
@@ -155,7 +165,7 @@ class Call:
             m.fill = float32_arg(fill, "fill")
             if m.fill == 0.0:
                 raise ValueError("fill: 0 means the default fill in clattn; give a nonzero value")
-        if align not in _ALIGN:
+        if not isinstance(align, str) or align not in _ALIGN:
             raise ValueError(f"align: expected 'top_left' or 'bottom_right', got {align!r}")
         m.align = _ALIGN[align]
         if window is not None:
@@ -165,8 +175,9 @@ class Call:
                 raise TypeError(f"window: expected (left, right), None meaning unbounded, "
                                 f"got {window!r}") from None
             m.window = 1
-            m.window_left = -1 if left is None else int_arg(left, "window")
-            m.window_right = -1 if right is None else int_arg(right, "window")
+            # None is unbounded; C's -1 for it is not taken here, nor any negative bound
+            m.window_left = -1 if left is None else int_arg(left, "window", 0)
+            m.window_right = -1 if right is None else int_arg(right, "window", 0)
         self.keep.append(m)
         return m
 
@@ -191,10 +202,9 @@ class Call:
         o = _lib.AttentionOpts()
         if mask is not None:
             o.mask = mask
-        if not 0.0 <= float(dropout_p) <= 1.0:
-            raise ValueError(f"dropout_p: expected a probability in [0, 1], got {dropout_p}")
-        if dropout_p:
-            o.dropout = _lib.Dropout(float(dropout_p), 1, *dropout_key(seed, offset))
+        p = probability_arg(dropout_p, "dropout_p")
+        if p:
+            o.dropout = _lib.Dropout(p, 1, *dropout_key(seed, offset))
         if scale is not None:
             o.scale = float32_arg(scale, "scale")
             if o.scale == 0.0 or not math.isfinite(o.scale):

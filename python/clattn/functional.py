@@ -13,7 +13,8 @@ diagonal, None = unbounded).
 import ctypes
 
 from . import _lib
-from ._args import Call, bool_arg, dropout_key, float32_arg, int_arg, out_dtype as _out_dtype
+from ._args import (Call, bool_arg, dropout_key, float32_arg, int_arg, out_dtype as _out_dtype,
+                    probability_arg)
 from ._lib import lib
 from .array import Array
 
@@ -60,6 +61,8 @@ def dot_product_attention(queries, keys, values, valid_lens=None, *, mask=None, 
     out (.., Q, dv); with need_weights also the weights before dropout (.., Q, K) (the unfused
     path), with need_lse also each row's float32 log-sum-exp (.., Q): (out, weights, lse) in that
     order. dropout_p > 0 drops with clattn's Philox stream keyed by (seed, offset)."""
+    need_weights = bool_arg(need_weights, "need_weights")
+    need_lse = bool_arg(need_lse, "need_lse")
     c = Call(ctx, queries, keys, values, valid_lens, mask, out, bias, alibi_slopes)
     Q = _shape(c, queries, "queries", 2)
     K = _shape(c, keys, "keys", 2)
@@ -115,6 +118,7 @@ def additive_attention(queries, keys, values, W_q, W_k, w_v, valid_lens=None, *,
     """d2l's additive attention: scores w_v . tanh(W_q q + W_k k), queries (B, Q, q_size),
     keys (B, K, k_size), values (B, K, v), weights in PyTorch's layout: W_q (h, q_size),
     W_k (h, k_size), w_v (1, h). Returns out (B, Q, v), with need_weights (out, weights)."""
+    need_weights = bool_arg(need_weights, "need_weights")
     c = Call(ctx, queries, keys, values, W_q, W_k, w_v, valid_lens, mask, out)
     q = _shape(c, queries, "queries", 3, 3)
     k = _shape(c, keys, "keys", 3, 3)
@@ -153,6 +157,8 @@ def multihead_attention(queries, keys, values, num_heads, W_q, W_k, W_v, W_o, b_
     (B, H, Q, K), with need_saved also what multihead_attention_backward(saved=) reads instead of
     running the forward again (a float32 Array of clattn_mha_saved_numel elements), in that
     order."""
+    need_weights = bool_arg(need_weights, "need_weights")
+    need_saved = bool_arg(need_saved, "need_saved")
     c = Call(ctx, queries, keys, values, W_q, W_k, W_v, W_o, b_q, b_k, b_v, b_o, valid_lens,
              mask, out, bias, alibi_slopes)
     q = _shape(c, queries, "queries", 3, 3)
@@ -271,6 +277,7 @@ def decode_attention(queries, k_cache, v_cache, lens, k_new=None, v_new=None, *,
     (B). k_new and v_new (B, Hkv, Qn, .) are written into the caches at rows lens[b].. first (in
     place); advance=True then adds Qn to lens (in place). causal and window count from the
     bottom-right diagonal. Returns out (B, Hq, Qn, dv), with need_lse (out, lse)."""
+    need_lse = bool_arg(need_lse, "need_lse")
     for a, n in ((k_cache, "k_cache"), (v_cache, "v_cache"), (lens, "lens")):
         if not isinstance(a, Array):
             raise TypeError(f"{n}: expected a device clattn.Array (the cache is updated in "
@@ -322,9 +329,8 @@ def dropout(x, p, *, seed=0, offset=0, training=True, out=None, ctx=None):
     element index); training=False copies."""
     c = Call(ctx, x, out)
     xa = c.array(x, "x")
-    if not 0.0 <= float(p) <= 1.0:
-        raise ValueError(f"p: expected a probability in [0, 1], got {p}")
-    d = _lib.Dropout(float(p), bool_arg(training, "training"), *dropout_key(seed, offset))
+    d = _lib.Dropout(probability_arg(p, "p"), bool_arg(training, "training"),
+                     *dropout_key(seed, offset))
     out = c.output(out, "out", xa.shape, xa.dtype)
     c.call(lib.clattn_dropout, _t(xa), ctypes.byref(d), _t(out))
     return out

@@ -6,7 +6,7 @@ import math
 import numpy as np
 
 from . import functional as F
-from ._args import Call, int_arg
+from ._args import Call, int_arg, probability_arg
 from .array import to_numpy
 from .context import default_context
 from .weights import additive_from_state_dict, host_weight, mha_from_state_dict
@@ -17,9 +17,7 @@ class Module:
     by (seed, calls so far), so every call draws a new mask and a seed replays them all."""
 
     def __init__(self, dropout, seed, need_weights, ctx):
-        if not 0.0 <= float(dropout) <= 1.0:
-            raise ValueError(f"dropout: expected a probability in [0, 1], got {dropout}")
-        self.dropout = float(dropout)
+        self.dropout = probability_arg(dropout, "dropout")
         self.seed = int_arg(seed, "seed", 0, 2**64 - 1)
         self.need_weights = bool(need_weights)
         self.training = True
@@ -72,10 +70,21 @@ class Module:
 
 
 def _snapshot(x):
-    """A copy of host array data (NumPy, PyTorch); anything else as it is."""
+    """A copy of host array data (NumPy, PyTorch, and lists and tuples, which the ops take for
+    lengths and masks, through their items); anything else (device Arrays, numbers) as it is."""
     if isinstance(x, np.ndarray) or (hasattr(x, "detach") and hasattr(x, "numpy")):
         return np.array(to_numpy(x), copy=True)
+    if type(x) in (list, tuple):
+        return type(x)(_snapshot(v) for v in x)
     return x
+
+
+def _check_weight(w, name, shape):
+    """w's shape against the one the module's configuration gives it (None: any size there)."""
+    if len(w.shape) != len(shape) or any(n not in (None, m) for n, m in zip(shape, w.shape)):
+        want = "(" + ", ".join("any" if n is None else str(n) for n in shape) + ")"
+        raise ValueError(f"{name}: shape {tuple(w.shape)}, the module's configuration needs "
+                         f"{want}")
 
 
 def _backward_kwargs(kwargs):
@@ -131,7 +140,10 @@ class AdditiveAttention(Module):
         self.W_q = self.W_k = self.w_v = None
 
     def load_weights(self, W_q, W_k, w_v):
+        h = self.num_hiddens
         w = self._upload(W_q=W_q, W_k=W_k, w_v=w_v)
+        for n, shape in (("W_q", (h, None)), ("W_k", (h, None)), ("w_v", (1, h))):
+            _check_weight(w[n], n, shape)
         self.W_q, self.W_k, self.w_v = w["W_q"], w["W_k"], w["w_v"]
         return self
 
@@ -179,8 +191,22 @@ class MultiHeadAttention(Module):
         self.weights = None
 
     def load_weights(self, W_q, W_k, W_v, W_o, b_q=None, b_k=None, b_v=None, b_o=None):
-        self.weights = self._upload(W_q=W_q, W_k=W_k, W_v=W_v, W_o=W_o, b_q=b_q, b_k=b_k,
-                                    b_v=b_v, b_o=b_o)
+        """W_q (num_hiddens, q_size), W_k and W_v (kv, k_size / v_size) with kv = num_hiddens /
+        num_heads * num_kv_heads, W_o (out_size, num_hiddens); biases of those outputs or None,
+        all four given with bias=True."""
+        w = self._upload(W_q=W_q, W_k=W_k, W_v=W_v, W_o=W_o, b_q=b_q, b_k=b_k, b_v=b_v, b_o=b_o)
+        h, heads = self.num_hiddens, self.num_heads
+        kv = h // heads * (self.num_kv_heads or heads) if heads and h % heads == 0 else None
+        for n, rows in (("q", h), ("k", kv), ("v", kv)):
+            _check_weight(w[f"W_{n}"], f"W_{n}", (rows, None))
+        _check_weight(w["W_o"], "W_o", (None, h))
+        for n, size in (("q", h), ("k", kv), ("v", kv), ("o", w["W_o"].shape[0])):
+            b = w[f"b_{n}"]
+            if b is None and self.bias:
+                raise ValueError(f"b_{n}: missing, and the module has bias=True")
+            if b is not None:
+                _check_weight(b, f"b_{n}", (size,))
+        self.weights = w
         return self
 
     def load_state_dict(self, state_dict, prefix=""):
@@ -200,6 +226,7 @@ class MultiHeadAttention(Module):
             hidden, p = module.embed_dim, module.dropout
         else:
             hidden, p = sd["W_q.weight"].shape[0], module.attention.dropout.p
+        kwargs.setdefault("bias", any(k.endswith("bias") for k in sd))
         self = cls(hidden, module.num_heads, p, **kwargs)
         self.load_state_dict(sd)
         self.training = module.training

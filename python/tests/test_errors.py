@@ -201,6 +201,22 @@ def test_floats_and_flags_checked_before_ctypes(ctx):
         clattn.matmul(f32(2, 3), f32(2, 3), trans_a="yes")
     with pytest.raises(TypeError, match="training"):
         clattn.dropout(x, 0.5, training=2)
+    # numbers as numbers, flags as flags: strings refused, not parsed or taken for True
+    with pytest.raises(TypeError, match="dropout_p: expected a number"):
+        clattn.dot_product_attention(f32(1, 2), f32(1, 2), f32(1, 2), dropout_p="0.5")
+    with pytest.raises(TypeError, match="p: expected a number"):
+        clattn.dropout(x, "abc")
+    with pytest.raises(TypeError, match="dropout: expected a number"):
+        clattn.DotProductAttention(dropout=None)
+    with pytest.raises(TypeError, match="need_weights"):
+        clattn.dot_product_attention(f32(1, 2), f32(1, 2), f32(1, 2), need_weights="no")
+    with pytest.raises(TypeError, match="need_lse"):
+        clattn.dot_product_attention(f32(1, 2), f32(1, 2), f32(1, 2), need_lse="no")
+    with pytest.raises(ValueError, match="align"):
+        clattn.masked_softmax(x, align=["top_left"])
+    # None is the unbounded side; -1 (C's spelling) is not a second one
+    with pytest.raises(ValueError, match="window: -1"):
+        clattn.masked_softmax(x, window=(-1, 0))
     # -inf stays a fill (PyTorch's), finite extremes stay finite
     assert np.isnan(clattn.masked_softmax(x, [0, 2], fill=-np.inf).numpy()[0]).all()
     assert np.allclose(clattn.masked_softmax(x, [0, 2], fill=-3.4e38).numpy()[0], 0.25)

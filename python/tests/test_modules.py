@@ -170,6 +170,29 @@ def test_mha_state_dict_layouts(ctx, rng, packed):
         assert np.array_equal(net.weights[n].numpy(), a), n
 
 
+def test_weights_against_the_module_configuration(ctx):
+    # Weights that contradict num_hiddens, num_kv_heads or bias=True: an error naming the
+    # weight (these were taken, the output then of another width, the biases dropped).
+    w = {n: np.ones(s, np.float32) for n, s in (("W_q", (8, 10)), ("W_k", (8, 10)),
+                                                ("W_v", (8, 10)), ("W_o", (8, 8)))}
+    with pytest.raises(ValueError, match="W_q: shape \\(8, 10\\).*\\(16, any\\)"):
+        clattn.MultiHeadAttention(16, 2).load_weights(**w)
+    with pytest.raises(ValueError, match="W_k: shape"):
+        clattn.MultiHeadAttention(8, 2, num_kv_heads=1).load_weights(**w)
+    with pytest.raises(ValueError, match="b_q: missing"):
+        clattn.MultiHeadAttention(8, 2, bias=True).load_state_dict(
+            {f"{n}.weight": a for n, a in w.items()})
+    with pytest.raises(ValueError, match="b_o: shape"):
+        clattn.MultiHeadAttention(8, 2).load_weights(**w, b_o=np.ones(3, np.float32))
+    net = clattn.MultiHeadAttention(8, 2).load_weights(**dict(w, W_o=np.ones((3, 8), np.float32)))
+    assert net(np.ones((1, 2, 10), np.float32), np.ones((1, 3, 10), np.float32),
+               np.ones((1, 3, 10), np.float32)).shape == (1, 2, 3)  # W_o's own out_size
+    with pytest.raises(ValueError, match="W_q: shape"):
+        clattn.AdditiveAttention(16).load_weights(w["W_q"], w["W_k"], np.ones((1, 8), np.float32))
+    with pytest.raises(ValueError, match="w_v: shape"):
+        clattn.AdditiveAttention(8).load_weights(w["W_q"], w["W_k"], np.ones((8, 1), np.float32))
+
+
 def test_mha_lazy_shapes(ctx, rng):
     net = clattn.MultiHeadAttention(8, 2, bias=True, num_kv_heads=1)
     q, k, v = f32_(rng, 2, 3, 5), f32_(rng, 2, 4, 6), f32_(rng, 2, 4, 7)
@@ -184,9 +207,11 @@ def f32_(rng, *shape):
 
 
 @pytest.mark.parametrize("kind", ["dot", "additive", "multihead"])
-def test_backward_reads_the_forward_inputs_as_they_were(ctx, rng, kind):
+@pytest.mark.parametrize("as_list", [False, True])
+def test_backward_reads_the_forward_inputs_as_they_were(ctx, rng, kind, as_list):
     # The caller changes its host arrays in place between forward and backward: the gradients
-    # are still those of the forward's inputs (the same as a module that saw no change).
+    # are still those of the forward's inputs (the same as a module that saw no change);
+    # lengths and masks also as Python lists, which the ops take as well.
     make = {"dot": lambda: clattn.DotProductAttention(0.3, seed=5),
             "additive": lambda: clattn.AdditiveAttention(6, 0.3, seed=5, init_seed=2),
             "multihead": lambda: clattn.MultiHeadAttention(8, 2, 0.3, seed=5, init_seed=2)}[kind]
@@ -199,12 +224,15 @@ def test_backward_reads_the_forward_inputs_as_they_were(ctx, rng, kind):
     want = {n: g.numpy() for n, g in want.backward(dout).items() if g is not None}
     net = make()
     q2, k2, v2, lens2, mask2 = q.copy(), k.copy(), v.copy(), lens.copy(), mask.copy()
+    if as_list:
+        lens2, mask2 = lens2.tolist(), mask2.tolist()
     net(q2, k2, v2, lens2, mask=mask2)
     q2 *= 3
     k2 += 1
     v2[:] = 0
-    lens2[:] = 1
-    mask2[:] = False
+    lens2[:] = [1] * len(lens2)
+    for row in mask2:
+        row[:] = [False] * len(row)
     got = {n: g.numpy() for n, g in net.backward(dout).items() if g is not None}
     assert got.keys() == want.keys()
     for n in want:
