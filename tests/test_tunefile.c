@@ -332,6 +332,15 @@ static void test_tuning_query_bad_input(void **state)
                    CLATTN_ERROR_INVALID_ARGUMENT, "no bucket");
     h_assert_error(clattn_context_tuning(h_ctx, "matmul", buf, 4), CLATTN_ERROR_INVALID_ARGUMENT,
                    "size");
+    /* the size the message asks for is the whole entry's, whatever the buffer held */
+    assert_int_equal(clattn_context_tuning(h_ctx, "matmul", buf, sizeof buf), CLATTN_SUCCESS);
+    char want[64];
+    snprintf(want, sizeof want, "(%zu needed)", strlen(buf) + 1);
+    for (size_t n = 1; n <= strlen(buf); n++)
+        h_assert_error(clattn_context_tuning(h_ctx, "matmul", buf + 256, n),
+                       CLATTN_ERROR_INVALID_ARGUMENT, want);
+    assert_int_equal(clattn_context_tuning(h_ctx, "matmul", buf + 256, strlen(buf) + 1),
+                     CLATTN_SUCCESS);
     h_assert_error(clattn_context_tuning(h_ctx, NULL, buf, sizeof buf),
                    CLATTN_ERROR_INVALID_ARGUMENT, "op");
     assert_int_equal(clattn_context_tuning(NULL, "matmul", buf, sizeof buf),

@@ -805,11 +805,13 @@ clattn_status clattn_context_tuning(clattn_context *ctx, const char *op, char *b
           "matmul takes small)",
           name, at ? at : "");
     CHECK_ST(clattn__tune_bucket(ctx, name, at, &t));
+    /* every parameter counted, written or not, so that the message gives the whole size */
     size_t used = (size_t)snprintf(buf, size, "%s", t.variant);
-    for (int i = 0; i < t.nparams && used < size; i++)
-        used += (size_t)snprintf(buf + used, size - used, ":%s=%d", t.names[i], t.values[i]);
-    CHECK(ctx, used < size, CLATTN_ERROR_INVALID_ARGUMENT, "size: %zu bytes are too few for "
-          "'%s' (%zu needed)", size, buf, used + 1);
+    for (int i = 0; i < t.nparams; i++)
+        used += (size_t)snprintf(used < size ? buf + used : NULL, used < size ? size - used : 0,
+                                 ":%s=%d", t.names[i], t.values[i]);
+    CHECK(ctx, used < size, CLATTN_ERROR_INVALID_ARGUMENT,
+          "size: %zu bytes are too few for op %s's entry (%zu needed)", size, op, used + 1);
 fail:
     return st;
 }
