@@ -15,9 +15,11 @@
  * bench_record_pair(); then add a line to `sections` below. The shared
  * options (--sizes, --reps, --max-time) and both output formats come for free. */
 #include <clattn.h>
+#include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,6 +36,7 @@
 #endif
 
 #define MAX_SIZES 16
+#define MAX_DIM 65536 /* a GEMM dimension's bound, as --attn-n's; float_bytes checks products */
 #define MAX_ROWS 256
 
 /* One line of the report. */
@@ -104,6 +107,15 @@ static void die(const char *fmt, ...)
     fprintf(stderr, "\n");
     va_end(ap);
     exit(2);
+}
+
+/* The bytes of a (rows x cols) float matrix; exits rather than let the product wrap into a short
+ * allocation. */
+static size_t float_bytes(size_t rows, size_t cols)
+{
+    if (cols && rows > SIZE_MAX / sizeof(float) / cols)
+        die("a %zu x %zu float matrix does not fit in memory", rows, cols);
+    return rows * cols * sizeof(float);
 }
 
 /* Exits on a clattn failure: a benchmark of an op that fails is meaningless. */
@@ -305,7 +317,7 @@ static double gemm_error(const gemm_case *g, const float *C)
 
 static double gemm_device_error(bench *b, gemm_case *g, const clattn_tensor *t)
 {
-    float *got = malloc(g->m * g->n * sizeof *got);
+    float *got = malloc(float_bytes(g->m, g->n));
     if (!got)
         die("out of memory");
     ok(b, clattn_tensor_read_blocking(b->ctx, t, got), "read C");
@@ -355,9 +367,9 @@ static int gemm_run_cblas(bench *b, void *arg)
 static void gemm_16bit(bench *b, gemm_case *g, const char *name, clattn_dtype dt, double gflop)
 {
     gemm_case h = *g;
-    size_t na = g->m * g->k, nb = g->k * g->n;
-    h.A = malloc(na * sizeof(float));
-    h.B = malloc(nb * sizeof(float));
+    size_t na = g->m * g->k, nb = g->k * g->n; /* gemm_one checked these products */
+    h.A = malloc(float_bytes(g->m, g->k));
+    h.B = malloc(float_bytes(g->k, g->n));
     if (!h.A || !h.B)
         die("out of memory");
     memcpy(h.A, g->A, na * sizeof(float));
@@ -406,9 +418,9 @@ static void gemm_one(bench *b, bench_size z, int ta, int tb)
         else
             snprintf(name, sizeof name, "%zux%zux%zu%s", g->m, g->n, g->k, tr);
         double gflop = 2e-9 * (double)g->m * (double)g->n * (double)g->k;
-        g->A = malloc(g->m * g->k * sizeof(float));
-        g->B = malloc(g->k * g->n * sizeof(float));
-        g->C = malloc(g->m * g->n * sizeof(float));
+        g->A = malloc(float_bytes(g->m, g->k));
+        g->B = malloc(float_bytes(g->k, g->n));
+        g->C = malloc(float_bytes(g->m, g->n));
         if (!g->A || !g->B || !g->C)
             die("out of memory");
         fill(b, g->A, g->m * g->k);
@@ -1739,7 +1751,7 @@ static double bwd_error(bench *b, bwd_case *c)
     float *dq = malloc(n * d * sizeof *dq), *dv = malloc(n * d * sizeof *dv);
     double *p = malloc(n * sizeof *p), *dp = malloc(n * sizeof *dp), worst = 0;
     double *acc = calloc(BWD_KEYS * d * 2, sizeof *acc);
-    size_t keys[BWD_KEYS];
+    size_t keys[BWD_KEYS], row_step = n > BWD_ROWS ? n / BWD_ROWS : 1; /* every row when fewer */
     if (!dq || !dv || !p || !dp || !acc)
         die("out of memory");
     ok(b, clattn_tensor_fill(b->ctx, &c->dq, NAN), "poison dQ");
@@ -1759,7 +1771,7 @@ static double bwd_error(bench *b, bwd_case *c)
                 acc[(t * d + e) * 2] += p[keys[t]] * o[e];
                 acc[(t * d + e) * 2 + 1] += fabs(p[keys[t]] * o[e]);
             }
-        if (i % (n / BWD_ROWS) != 0)
+        if (i % row_step != 0)
             continue;
         double D = 0; /* dQ_i = scale sum_j p_j (dout_i . v_j - D) k_j */
         for (size_t j = 0; j < n; j++) {
@@ -2093,25 +2105,35 @@ static int selected(const bench *b, const char *name)
     return 0;
 }
 
+/* One dimension of --sizes at s, its end in *end; 0 unless it is 1-MAX_DIM in decimal digits
+ * (strtoul alone would take "-1" as ULONG_MAX). */
+static size_t parse_dim(const char *s, char **end)
+{
+    *end = (char *)s;
+    if (!isdigit((unsigned char)*s))
+        return 0;
+    errno = 0;
+    unsigned long v = strtoul(s, end, 10);
+    return errno || v > MAX_DIM ? 0 : (size_t)v;
+}
+
 static void parse_sizes(bench *b, const char *arg)
 {
     b->nsizes = 0;
+    if (!*arg)
+        die("--sizes: '': expected N or MxNxK (each 1-%d), comma-separated", MAX_DIM);
     for (const char *s = arg; *s;) {
         char *end;
         bench_size z;
         if (b->nsizes == MAX_SIZES)
             die("--sizes: at most %d sizes", MAX_SIZES);
-        errno = 0;
-        z.m = strtoul(s, &end, 10);
-        z.n = z.k = z.m;
-        if (*end == 'x') {
-            z.n = strtoul(end + 1, &end, 10);
-            if (*end != 'x')
-                die("--sizes: '%s': expected N or MxNxK", arg);
-            z.k = strtoul(end + 1, &end, 10);
+        z.m = z.n = z.k = parse_dim(s, &end);
+        if (z.m && *end == 'x') {
+            z.n = parse_dim(end + 1, &end);
+            z.k = z.n && *end == 'x' ? parse_dim(end + 1, &end) : 0;
         }
-        if (errno || !z.m || !z.n || !z.k || (*end && *end != ','))
-            die("--sizes: '%s': expected N or MxNxK, comma-separated", arg);
+        if (!z.m || !z.n || !z.k || (*end && *end != ','))
+            die("--sizes: '%s': expected N or MxNxK (each 1-%d), comma-separated", arg, MAX_DIM);
         b->sizes[b->nsizes++] = z;
         s = *end ? end + 1 : end;
     }
@@ -2120,6 +2142,8 @@ static void parse_sizes(bench *b, const char *arg)
 static void parse_trans(bench *b, const char *arg)
 {
     b->ntrans = 0;
+    if (!*arg)
+        die("--trans: '': expected up to four of NN, NT, TN, TT, comma-separated");
     for (const char *s = arg; *s;) {
         if (b->ntrans == 4 || (s[0] != 'N' && s[0] != 'T') || (s[1] != 'N' && s[1] != 'T') ||
             (s[2] && s[2] != ','))
@@ -2134,6 +2158,8 @@ static void parse_ints(const char *opt, const char *arg, long hi, const char *wh
                        int *n)
 {
     *n = 0;
+    if (!*arg)
+        die("%s: '': expected %s 1-%ld, comma-separated", opt, what, hi);
     for (const char *s = arg; *s;) {
         char *end;
         long v = strtol(s, &end, 10);
@@ -2159,6 +2185,8 @@ static void parse_attn_d(bench *b, const char *arg)
 static void parse_softmax(bench *b, const char *arg)
 {
     b->nsoftmax = 0;
+    if (!*arg)
+        die("--softmax: '': expected ROWSxKEYS (rows a multiple of 64), comma-separated");
     for (const char *s = arg; *s;) {
         char *end, *end2 = NULL;
         long r = strtol(s, &end, 10), k = *end == 'x' ? strtol(end + 1, &end2, 10) : 0;
@@ -2273,9 +2301,9 @@ static void print_table(const bench *b)
 static int int_arg(const char *opt, const char *v, int lo)
 {
     char *end;
-    long x = v ? strtol(v, &end, 10) : 0;
-    if (!v || *end || x < lo || x > 1000000)
-        die("%s needs an integer >= %d", opt, lo);
+    long x = strtol(v, &end, 10);
+    if (!isdigit((unsigned char)*v) || *end || x < lo || x > 1000000)
+        die("%s: '%s': expected an integer %d-1000000", opt, v, lo);
     return (int)x;
 }
 
@@ -2307,6 +2335,8 @@ int main(int argc, char **argv)
             die("%s needs a value (see --help)", a);
         i++;
         if (!strcmp(a, "--only")) {
+            if (!*v)
+                die("--only: '': expected section names, comma-separated (see --list)");
             b.only = v;
             for (const char *s = v; *s;) {
                 size_t len = strcspn(s, ",");

@@ -6,7 +6,8 @@
  * shapes with lengths 0 and K, causal masks and -inf fills, then times a short GEMM and fused
  * attention; one summary table at the end. A variant set the device refuses (the CPU shapes on
  * Mesa's llvmpipe) is reported as refused, not failed. Exit status 0 when every check that ran
- * passed, 1 otherwise, 2 on bad usage or no OpenCL device.
+ * passed, 1 when one failed or a device ran none (the environment's settings refused, or every
+ * variant set), 2 on bad usage or no OpenCL device.
  *
  *     clattn-check [--device SPEC] [--quick]
  *
@@ -46,6 +47,7 @@ static const char *const check_names[NCHECKS] = {"matmul", "softmax", "fused att
 
 typedef struct {
     char device[160], set[16], refused[200];
+    int unusable; /* refused holds why no context could be made with the environment's settings */
     double err[NCHECKS]; /* worst scaled error; < 0: the op failed (message in fail) */
     int ok[NCHECKS];
     char fail[NCHECKS][160];
@@ -513,9 +515,68 @@ static int check_one(const char *spec, const char *device, size_t set, int quick
     return failed;
 }
 
+/* The library's message for a context that could not be made, naming the environment variable
+ * where the library names only the setting (tuning.c's messages start "tuning:"). */
+static void last_error(char *buf, size_t n)
+{
+    const char *e = clattn_last_error(NULL), *tune = getenv("CLATTN_TUNE");
+    if (strncmp(e, "tuning:", 7) == 0 && tune && *tune)
+        snprintf(buf, n, "CLATTN_TUNE=%.60s: %s", tune, e);
+    else
+        snprintf(buf, n, "%s", e);
+}
+
+/* A context on the device with the environment's settings (CLATTN_TUNE, CLATTN_SYNC,
+ * CLATTN_CACHE_DIR, CLATTN_KERNEL_DIR), as any application there makes: when it cannot be made,
+ * every variant set would be refused for the setting's sake, not the device's, and the run must
+ * fail naming it rather than pass having checked nothing. 1 when it was made. */
+static int settings_usable(const char *spec, const char *device, result *r)
+{
+    clattn_params p;
+    clattn_context *ctx = NULL;
+    memset(r, 0, sizeof *r);
+    memset(&p, 0, sizeof p);
+    p.device = spec;
+    p.tune_file = "off";
+    if (clattn_context_create(&ctx, &p) == CLATTN_SUCCESS) {
+        clattn_context_destroy(&ctx);
+        return 1;
+    }
+    snprintf(r->device, sizeof r->device, "%s %s", spec, device);
+    snprintf(r->set, sizeof r->set, "(all)");
+    last_error(r->refused, sizeof r->refused);
+    r->unusable = 1;
+    return 0;
+}
+
+/* The device that spec selects, by a context with no setting from the environment, so that a bad
+ * setting is reported as itself (settings_usable) and never as a device that does not match;
+ * NULL with the library's reason on stderr. */
+static cl_device_id selected_device(const char *spec)
+{
+    clattn_params p;
+    clattn_context *ctx = NULL;
+    memset(&p, 0, sizeof p);
+    p.device = spec;
+    p.tuning = p.kernel_dir = p.cache_dir = "";
+    p.tune_file = "off";
+    p.sync = -1;
+    if (clattn_context_create(&ctx, &p) != CLATTN_SUCCESS) {
+        fprintf(stderr, "clattn-check: %s\n", clattn_last_error(NULL));
+        return NULL;
+    }
+    cl_device_id dev = clattn_context_device(ctx); /* a root device: outlives the context */
+    clattn_context_destroy(&ctx);
+    return dev;
+}
+
 static void print_row(const result *r, int quick)
 {
     printf("| %s | %s |", r->device, r->set);
+    if (r->unusable) {
+        printf(" ERROR, nothing checked: %.200s |\n", r->refused);
+        return;
+    }
     if (r->refused[0]) {
         printf(" refused: %.200s |\n", r->refused);
         return;
@@ -531,22 +592,51 @@ static void print_row(const result *r, int quick)
     printf("\n");
 }
 
+/* Every variant set on one device into res (from *nres on); 0, or FAILED when a check failed,
+ * | NONE_RAN when none ran (why on stderr). */
+enum { FAILED = 1, NONE_RAN = 2 };
+static int check_device(const char *spec, const char *name, int quick, result *res, int *nres)
+{
+    int failed = 0, ran = 0;
+    if (!settings_usable(spec, name, &res[*nres])) {
+        fprintf(stderr, "clattn-check: %s %s: %s\n", spec, name, res[*nres].refused);
+        print_row(&res[(*nres)++], quick);
+        return NONE_RAN;
+    }
+    for (size_t s = 0; s < NSETS; s++) {
+        fprintf(stderr, "clattn-check: %s %s, variants %s ...\n", spec, name,
+                variant_sets[s].name);
+        failed |= check_one(spec, name, s, quick, &res[*nres]);
+        ran |= !res[*nres].refused[0];
+        print_row(&res[(*nres)++], quick);
+        fflush(stdout);
+    }
+    if (!ran)
+        fprintf(stderr, "clattn-check: %s %s: every variant set refused: nothing checked\n",
+                spec, name);
+    return (failed ? FAILED : 0) | (ran ? 0 : NONE_RAN);
+}
+
 int main(int argc, char **argv)
 {
     const char *only = NULL;
     int quick = 0, failed = 0, nres = 0;
+    cl_device_id selected = NULL;
     for (int i = 1; i < argc; i++) {
+        int help = !strcmp(argv[i], "-h") || !strcmp(argv[i], "--help");
         if (!strcmp(argv[i], "--quick")) {
             quick = 1;
         } else if (!strcmp(argv[i], "--device") && i + 1 < argc) {
             only = argv[++i];
         } else {
-            fprintf(stderr, "usage: clattn-check [--device SPEC] [--quick]\n");
-            return 2;
+            fprintf(help ? stdout : stderr, "usage: clattn-check [--device SPEC] [--quick]\n");
+            return help ? 0 : 2;
         }
     }
     if (!only && getenv("CLATTN_DEVICE") && *getenv("CLATTN_DEVICE"))
         only = getenv("CLATTN_DEVICE");
+    if (only && !(selected = selected_device(only)))
+        return 2;
     cl_platform_id plats[16];
     cl_uint np = 0;
     if (clGetPlatformIDs(16, plats, &np) != CL_SUCCESS || np == 0) {
@@ -562,25 +652,10 @@ int main(int argc, char **argv)
         for (cl_uint d = 0; d < nd && d < 16; d++) {
             char spec[32], name[128] = "";
             snprintf(spec, sizeof spec, "%u:%u", p, d);
-            if (only && strcmp(only, spec) != 0) {
-                clattn_context *c = NULL; /* --device by name: does it select this device? */
-                clattn_params pp;
-                memset(&pp, 0, sizeof pp);
-                pp.device = only;
-                int same = clattn_context_create(&c, &pp) == CLATTN_SUCCESS &&
-                           clattn_context_device(c) == devs[d];
-                clattn_context_destroy(&c);
-                if (!same)
-                    continue;
-            }
+            if (only && strcmp(only, spec) != 0 && devs[d] != selected)
+                continue;
             clGetDeviceInfo(devs[d], CL_DEVICE_NAME, sizeof name, name, NULL);
-            for (size_t s = 0; s < NSETS; s++) {
-                fprintf(stderr, "clattn-check: %s %s, variants %s ...\n", spec, name,
-                        variant_sets[s].name);
-                failed |= check_one(spec, name, s, quick, &res[nres]);
-                print_row(&res[nres++], quick);
-                fflush(stdout);
-            }
+            failed |= check_device(spec, name, quick, res, &nres);
         }
     }
     if (!nres) {
@@ -601,6 +676,9 @@ int main(int argc, char **argv)
     for (int i = 0; i < nres; i++)
         print_row(&res[i], quick);
     printf("\nChecks: worst scaled error against the double references (pass: within the test "
-           "suite's tolerances).\n%s\n", failed ? "SOME CHECKS FAILED" : "every check that ran passed");
-    return failed;
+           "suite's tolerances).\n%s%s%s\n", failed & FAILED ? "SOME CHECKS FAILED" : "",
+           failed == (FAILED | NONE_RAN) ? "; " : "",
+           failed & NONE_RAN ? "NOTHING CHECKED on a device (the reason is above)"
+           : failed ? "" : "every check that ran passed");
+    return failed ? 1 : 0;
 }

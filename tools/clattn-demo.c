@@ -8,6 +8,7 @@
 #include "heatmap.h"
 
 #include <clattn.h>
+#include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
@@ -19,6 +20,10 @@
 
 #define DEFAULT_SEED 42ULL
 #define MAX_PANELS 16
+#define PATH_SIZE 4096
+/* The longest heatmap file name: main checks before any work that OUTDIR leaves room for it
+ * (write_heatmap checks every path again). */
+#define LONGEST_HEATMAP "tutorial-attention-causal.svg"
 
 typedef struct {
     clattn_context *ctx;
@@ -430,9 +435,13 @@ static void panel_titles(char (*buf)[32], const char **titles, int grid_rows, in
  * a grid reads against the same colour bar (d2l's bar only describes its last panel). */
 static void write_heatmap(demo *d, const char *file, heatmap *h)
 {
-    char path[4096];
+    char path[PATH_SIZE];
     size_t n = (size_t)h->grid_rows * h->grid_cols * h->rows * h->cols;
-    snprintf(path, sizeof path, "%s/%s", d->outdir, file);
+    if (snprintf(path, sizeof path, "%s/%s", d->outdir, file) >= (int)sizeof path) {
+        fprintf(stderr, "clattn-demo: %s/%s: path too long (at most %d bytes)\n", d->outdir, file,
+                PATH_SIZE - 1);
+        exit(1);
+    }
     h->xlabel = "Keys";
     h->ylabel = "Queries";
     h->cmap = d->cmap;
@@ -840,7 +849,7 @@ static void example_causal(demo *d)
 
 static int make_dirs(const char *path)
 {
-    char buf[4096];
+    char buf[PATH_SIZE];
     struct stat st;
     if (strlen(path) >= sizeof buf) {
         errno = ENAMETOOLONG;
@@ -881,10 +890,12 @@ static int parse_args(int argc, char **argv, demo *d, unsigned long long *seed)
             usage(stdout);
             exit(0);
         } else if (strcmp(argv[i], "--seed") == 0 && i + 1 < argc) {
-            errno = 0;
-            *seed = strtoull(argv[++i], &end, 0);
-            if (errno || !*argv[i] || *end)
+            errno = 0; /* decimal digits only: base 0 read 010 as 8, and strtoull wraps -1 */
+            *seed = strtoull(argv[++i], &end, 10);
+            if (errno || !isdigit((unsigned char)*argv[i]) || *end) {
+                fprintf(stderr, "clattn-demo: --seed: '%s': expected a decimal integer\n", argv[i]);
                 return -1;
+            }
         } else if (strcmp(argv[i], "--cmap") == 0 && i + 1 < argc) {
             int c = heatmap_cmap_parse(argv[++i]);
             if (c < 0)
@@ -909,6 +920,11 @@ int main(int argc, char **argv)
     }
     if (!d.outdir)
         d.outdir = "demo-out";
+    if (strlen(d.outdir) + sizeof "/" LONGEST_HEATMAP > PATH_SIZE) {
+        fprintf(stderr, "clattn-demo: %s/%s: path too long (at most %d bytes)\n", d.outdir,
+                LONGEST_HEATMAP, PATH_SIZE - 1);
+        return 1;
+    }
     if (make_dirs(d.outdir) != 0) {
         fprintf(stderr, "clattn-demo: cannot create %s: %s\n", d.outdir, strerror(errno));
         return 1;

@@ -1,6 +1,6 @@
 /* clattn-firstop: how long the first ops of a new process take, for the program cache figures.
  *
- * usage: clattn-firstop [CACHE_DIR]
+ * usage: clattn-firstop [CACHE_DIR]   (a CACHE_DIR starting with '-' is written ./-dir)
  * Creates a context (with the disk cache in CACHE_DIR when given), then runs a matmul, a masked
  * softmax and a dot-product attention once each, finishing after each, destroys the context (when
  * a cold run writes the cache) and prints the wall time of every step in ms.
@@ -8,6 +8,7 @@
 #include <clattn.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 static double now_ms(void)
@@ -24,6 +25,34 @@ static int ok(clattn_context *c, clattn_status st, const char *what)
     return st == CLATTN_SUCCESS;
 }
 
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: clattn-firstop [CACHE_DIR]\n"
+               "Times a new process's context and first matmul, masked softmax and dot-product\n"
+               "attention, with the program cache in CACHE_DIR (default: no disk cache).\n");
+}
+
+/* The cache directory, or NULL; exits on anything else, so that a mistyped option is not taken
+ * for a directory and created. */
+static const char *parse_args(int argc, char **argv)
+{
+    if (argc > 1 && (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help"))) {
+        usage(stdout);
+        exit(0);
+    }
+    if (argc > 1 && argv[1][0] == '-') {
+        fprintf(stderr, "clattn-firstop: unknown option %s\n", argv[1]);
+        usage(stderr);
+        exit(2);
+    }
+    if (argc > 2) {
+        fprintf(stderr, "clattn-firstop: unexpected argument %s\n", argv[2]);
+        usage(stderr);
+        exit(2);
+    }
+    return argc > 1 ? argv[1] : NULL;
+}
+
 int main(int argc, char **argv)
 {
     enum { B = 2, T = 64, D = 64 };
@@ -33,7 +62,7 @@ int main(int argc, char **argv)
     clattn_tensor q = {0}, k = {0}, v = {0}, s = {0}, o = {0};
     size_t d3[3] = {B, T, D}, st3[3] = {B, T, T};
     int good = 0;
-    p.cache_dir = argc > 1 ? argv[1] : NULL;
+    p.cache_dir = parse_args(argc, argv);
     for (int i = 0; i < B * T * D; i++)
         x[i] = (float)((i * 7919) % 1000) / 1000.0f - 0.5f;
     double t0 = now_ms(), t5;

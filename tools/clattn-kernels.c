@@ -151,7 +151,8 @@ static int emit(const clattn_context *ctx, const char *op, const char *file, con
     return 1;
 }
 
-/* Each op named in a CLATTN_TUNE-style string, resolved by the library's own clattn__tune. */
+/* Each op named in a CLATTN_TUNE-style string, resolved by the library's own clattn__tune_bucket
+ * (an op@bucket entry as the tune file's: the op's kernel file, checked at that bucket). */
 static int emit_override(clattn_context *ctx, char *tune)
 {
     int ok = 1;
@@ -167,11 +168,19 @@ static int emit_override(clattn_context *ctx, char *tune)
         }
         memcpy(op, s, (size_t)(eq - s));
         op[eq - s] = '\0';
+        char *bucket = strchr(op, '@');
+        if (bucket)
+            *bucket++ = '\0';
+        if (bucket && !clattn__bucket_known(op, bucket)) {
+            fprintf(stderr, "clattn-kernels: op %s has no bucket '%s' (attention, decode and "
+                            "backward take d64, d128, d256; matmul takes small)\n", op, bucket);
+            return 0;
+        }
         if (no_kernel_file(op)) {
             s = comma ? comma + 1 : s + n;
             continue;
         }
-        if (clattn__tune(ctx, op, &t) != CLATTN_SUCCESS) {
+        if (clattn__tune_bucket(ctx, op, bucket, &t) != CLATTN_SUCCESS) {
             fprintf(stderr, "clattn-kernels: %s\n", ctx->err);
             return 0;
         }
@@ -192,9 +201,14 @@ int main(int argc, char **argv)
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--type") == 0 && i + 1 < argc) {
             const char *t = argv[++i];
-            ctx.type = strcmp(t, "cpu") == 0   ? CL_DEVICE_TYPE_CPU
-                       : strcmp(t, "gpu") == 0 ? CL_DEVICE_TYPE_GPU
-                                               : CL_DEVICE_TYPE_ACCELERATOR;
+            ctx.type = strcmp(t, "cpu") == 0     ? CL_DEVICE_TYPE_CPU
+                       : strcmp(t, "gpu") == 0   ? CL_DEVICE_TYPE_GPU
+                       : strcmp(t, "other") == 0 ? CL_DEVICE_TYPE_ACCELERATOR
+                                                 : 0;
+            if (!ctx.type) { /* a typo must not list another type's options */
+                fprintf(stderr, "clattn-kernels: --type %s: expected gpu, cpu or other\n", t);
+                return 2;
+            }
         } else if (strcmp(argv[i], "--tune") == 0 && i + 1 < argc) {
             i++; /* applied after the table's own sets */
         } else if (argv[i][0] == '-') {

@@ -11,6 +11,9 @@
  * usage: clattn-train [--steps N] [--lr X] [--seed N] [--check LOSS]
  *   --check: exit 1 unless the mean loss of the last 10 steps is below LOSS (the test's use). */
 #include <clattn.h>
+#include <ctype.h>
+#include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -128,6 +131,36 @@ static double step(trainer *t, float lr)
     return s / B;
 }
 
+static void bad_value(const char *opt, const char *v, const char *want)
+{
+    fprintf(stderr, "clattn-train: %s: '%s': expected %s\n", opt, v, want);
+    exit(2);
+}
+
+/* Decimal digits only: strtoull and atoi would take "-5" or "abc" without a word. */
+static unsigned long long parse_uint(const char *opt, const char *v, unsigned long long lo,
+                                     unsigned long long hi, const char *want)
+{
+    char *end;
+    errno = 0;
+    unsigned long long x = strtoull(v, &end, 10);
+    if (!isdigit((unsigned char)*v) || *end || errno || x < lo || x > hi)
+        bad_value(opt, v, want);
+    return x;
+}
+
+/* A number above 0 and finite even as a float: a rate of 0 or inf, or a --check bound no loss
+ * can stay under, is a typo, not a request. */
+static double parse_positive(const char *opt, const char *v)
+{
+    char *end;
+    errno = 0;
+    double x = strtod(v, &end);
+    if (end == v || *end || errno || !((float)x > 0) || !isfinite((float)x))
+        bad_value(opt, v, "a finite number above 0");
+    return x;
+}
+
 int main(int argc, char **argv)
 {
     trainer t;
@@ -137,14 +170,15 @@ int main(int argc, char **argv)
     memset(&t, 0, sizeof t);
     t.rng = 1;
     for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--steps") == 0 && i + 1 < argc)
-            steps = atoi(argv[++i]);
-        else if (strcmp(argv[i], "--lr") == 0 && i + 1 < argc)
-            lr = (float)atof(argv[++i]);
-        else if (strcmp(argv[i], "--seed") == 0 && i + 1 < argc)
-            t.rng = strtoull(argv[++i], NULL, 10);
-        else if (strcmp(argv[i], "--check") == 0 && i + 1 < argc)
-            check = atof(argv[++i]);
+        const char *opt = argv[i];
+        if (strcmp(opt, "--steps") == 0 && i + 1 < argc)
+            steps = (int)parse_uint(opt, argv[++i], 1, 1000000, "an integer 1-1000000");
+        else if (strcmp(opt, "--lr") == 0 && i + 1 < argc)
+            lr = (float)parse_positive(opt, argv[++i]);
+        else if (strcmp(opt, "--seed") == 0 && i + 1 < argc)
+            t.rng = parse_uint(opt, argv[++i], 0, ULLONG_MAX, "a decimal integer");
+        else if (strcmp(opt, "--check") == 0 && i + 1 < argc)
+            check = parse_positive(opt, argv[++i]);
         else {
             fprintf(stderr, "usage: %s [--steps N] [--lr X] [--seed N] [--check LOSS]\n", argv[0]);
             return 2;

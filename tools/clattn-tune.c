@@ -24,6 +24,7 @@
 #include "../tests/ref.h"
 #include <clattn.h>
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -588,10 +589,29 @@ static void confirm(const settings *s, const work *w, outcome *o)
     o->best_s = tb;
 }
 
-/* mkdir -p of path's directory, then a probe file there: 0 with the reason when unwritable. */
+/* The temporary file write_file renames onto path, into tmp (PATH_MAX bytes); 0 when its name
+ * would not fit. */
+static int temp_name(const char *path, char *tmp)
+{
+    return snprintf(tmp, PATH_MAX, "%s.tmp%ld", path, (long)getpid()) < PATH_MAX;
+}
+
+/* mkdir -p of path's directory, then the temporary file write_file will write, created and
+ * removed (so a name too long for the file system fails here, not after the measuring): 0 with
+ * the reason when path cannot be written. */
 static int writable(const char *path, char *why, size_t n)
 {
-    char dir[4096], probe[4200];
+    char dir[PATH_MAX], probe[PATH_MAX];
+    struct stat st;
+    if (!temp_name(path, probe)) {
+        snprintf(why, n, "a path of %zu characters: its temporary file's name would pass "
+                 "PATH_MAX (%d)", strlen(path), PATH_MAX);
+        return 0;
+    }
+    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) { /* rename would fail, or replace it */
+        snprintf(why, n, "%s", S_ISDIR(st.st_mode) ? "a directory" : "not a regular file");
+        return 0;
+    }
     copy(dir, sizeof dir, path);
     char *slash = strrchr(dir, '/');
     if (!slash)
@@ -607,10 +627,9 @@ static int writable(const char *path, char *why, size_t n)
             *p = '/';
         }
     mkdir(dir, 0777);
-    snprintf(probe, sizeof probe, "%s/.clattn-tune-probe-%ld", dir, (long)getpid());
     FILE *f = fopen(probe, "w");
     if (!f) {
-        snprintf(why, n, "cannot write in %.800s: %s", dir, strerror(errno));
+        snprintf(why, n, "cannot create %.800s: %s", probe, strerror(errno));
         return 0;
     }
     fclose(f);
@@ -634,12 +653,38 @@ static void key_lines(clattn_context *ctx, char *out, size_t n)
              vendor, driver, clattn_version());
 }
 
+/* The usage after msg on stderr: 2, the exit status. msg NULL (--help): on stdout, and -1, since
+ * parse_args's 0 means "go on" (main exits with 0). */
 static int usage(const char *msg)
 {
-    fprintf(stderr, "clattn-tune: %s\nusage: clattn-tune [--device SPEC] [--budget SECONDS] "
-            "[--ops matmul,matmul@small,softmax,attention,decode,backward] [--out FILE] "
-            "[--quick]\n", msg);
-    return 2;
+    fprintf(msg ? stderr : stdout, "%s%s%susage: clattn-tune [--device SPEC] "
+            "[--budget SECONDS] [--ops matmul,matmul@small,softmax,attention,decode,backward] "
+            "[--out FILE] [--quick]\n", msg ? "clattn-tune: " : "", msg ? msg : "",
+            msg ? "\n" : "");
+    return msg ? 2 : -1;
+}
+
+/* The comma-separated op list into want; 0, or 2 with the reason on stderr: an empty list or item
+ * would tune less than asked and still replace the file. */
+static int parse_ops(const char *ops, int want[NOPS])
+{
+    for (const char *p = ops;; p++) {
+        size_t n = strcspn(p, ",");
+        int found = 0;
+        for (int o = 0; o < NOPS; o++)
+            if (n && strlen(op_names[o]) == n && strncmp(p, op_names[o], n) == 0)
+                found = want[o] = 1;
+        if (!found) {
+            fprintf(stderr, "clattn-tune: --ops '%s': %s%.*s%s (tunable: matmul, softmax, "
+                    "attention, decode, backward, matmul@small)\n", ops,
+                    n ? "unknown op '" : "an empty op (ops are separated by single commas)",
+                    (int)n, p, n ? "'" : "");
+            return 2;
+        }
+        p += n;
+        if (!*p)
+            return 0;
+    }
 }
 
 /* The command line into s, *out and want; 0, or the exit status of a usage error. */
@@ -653,6 +698,8 @@ static int parse_args(int argc, char **argv, settings *s, const char **out, int 
             s->quick = 1;
             continue;
         }
+        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0)
+            return usage(NULL);
         if (!v || strncmp(a, "--", 2) != 0)
             return usage(v ? "unknown argument" : "an option lacks its value");
         i++;
@@ -670,26 +717,26 @@ static int parse_args(int argc, char **argv, settings *s, const char **out, int 
             return usage("unknown option");
         }
     }
-    for (const char *p = ops; *p;) {
-        size_t n = strcspn(p, ",");
-        int found = 0;
-        for (int o = 0; o < NOPS; o++)
-            if (strlen(op_names[o]) == n && strncmp(p, op_names[o], n) == 0)
-                found = want[o] = 1;
-        if (!found) {
-            fprintf(stderr, "clattn-tune: --ops: unknown op '%.*s' (tunable: matmul, softmax, "
-                    "attention, decode, backward, matmul@small)\n", (int)n, p);
-            return 2;
-        }
-        p += n + (p[n] == ',');
-    }
-    return 0;
+    return parse_ops(ops, want);
+}
+
+/* The library's reason a context could not be made, naming CLATTN_TUNE where the library names
+ * only the setting (tuning.c's messages start "tuning:"), on stderr. */
+static void context_error(void)
+{
+    const char *e = clattn_last_error(NULL), *tune = getenv("CLATTN_TUNE");
+    if (strncmp(e, "tuning:", 7) == 0 && tune && *tune)
+        fprintf(stderr, "clattn-tune: CLATTN_TUNE=%.200s: %s\n", tune, e);
+    else
+        fprintf(stderr, "clattn-tune: %s\n", e);
 }
 
 /* The tune file's path (out, else where contexts look for it) into path, checked writable, and a
  * context that reads no tune file: the table's choices, where the context that found the path
- * read the file being replaced, whose entries are candidates to measure again. NULL on error
- * (said on stderr). */
+ * read the file being replaced, whose entries are candidates to measure again. The first context
+ * takes every setting from the environment, as the contexts that will read the file do, so that
+ * a setting they refuse (CLATTN_TUNE, CLATTN_SYNC) is an error before anything is measured. NULL
+ * on error (said on stderr). */
 static clattn_context *open_table(const settings *s, const char *out, char *path, size_t n)
 {
     clattn_params p;
@@ -697,19 +744,23 @@ static clattn_context *open_table(const settings *s, const char *out, char *path
     char why[1024];
     memset(&p, 0, sizeof p);
     p.device = s->device;
-    p.tuning = "";
     if (clattn_context_create(&ctx, &p) != CLATTN_SUCCESS) {
-        fprintf(stderr, "clattn-tune: %s\n", clattn_last_error(NULL));
+        context_error();
         return NULL;
     }
-    copy(path, n, out ? out : clattn_context_tune_path(ctx));
-    int ok = path[0] != '\0';
-    if (!ok)
+    const char *where = out ? out : clattn_context_tune_path(ctx);
+    int ok = 0;
+    copy(path, n, where);
+    if (strlen(where) >= n) /* cut, it would name another file */
+        fprintf(stderr, "clattn-tune: %s: a path of %zu characters is too long (PATH_MAX %d)\n",
+                out ? "--out" : "the tune file location", strlen(where), PATH_MAX);
+    else if (!where[0])
         fprintf(stderr, "clattn-tune: no tune file location (%s): give --out\n",
                 clattn_context_tune_note(ctx));
     else if (!(ok = writable(path, why, sizeof why)))
         fprintf(stderr, "clattn-tune: --out %s: %s\n", path, why);
     clattn_context_destroy(&ctx);
+    p.tuning = "";
     p.tune_file = "off";
     if (ok && clattn_context_create(&ctx, &p) != CLATTN_SUCCESS)
         fprintf(stderr, "clattn-tune: %s\n", clattn_last_error(NULL));
@@ -756,33 +807,59 @@ static void tune_op(settings *s, clattn_context *ctx, int op, int nwant, int *do
     free_work(&w);
 }
 
-/* Writes text to path (through a temporary file, renamed), then reads it back as every context
- * will: the library must take the whole file. 0, or 1 with the reason on stderr. */
-static int write_file(const settings *s, const char *path, const char *text)
+/* A context on s's device with every setting from the environment but the tune file, file: 1
+ * when the library takes the whole file; 0, else, with the reason on stderr. note: the library's
+ * note, naming shown (the file's final path) instead of file. */
+static int library_takes(const settings *s, const char *file, const char *shown, char *note,
+                         size_t n)
 {
-    char tmp[4200];
-    snprintf(tmp, sizeof tmp, "%s.tmp%ld", path, (long)getpid());
-    FILE *f = fopen(tmp, "w");
-    int bad = !f || fputs(text, f) < 0;
-    if ((f && fclose(f) != 0) || bad || rename(tmp, path) != 0) {
-        fprintf(stderr, "clattn-tune: writing %s: %s\n", path, strerror(errno));
-        remove(tmp);
-        return 1;
-    }
     clattn_params p;
     clattn_context *ctx = NULL;
     memset(&p, 0, sizeof p);
     p.device = s->device;
-    p.tune_file = path;
-    if (clattn_context_create(&ctx, &p) != CLATTN_SUCCESS ||
-        !strstr(clattn_context_tune_note(ctx), "in use")) {
-        fprintf(stderr, "clattn-tune: the library does not take %s: %s\n", path,
-                ctx ? clattn_context_tune_note(ctx) : clattn_last_error(NULL));
-        clattn_context_destroy(&ctx);
+    p.tune_file = file;
+    if (clattn_context_create(&ctx, &p) != CLATTN_SUCCESS) {
+        fprintf(stderr, "clattn-tune: the library does not take %s: %s\n", shown,
+                clattn_last_error(NULL));
+        return 0;
+    }
+    const char *all = clattn_context_tune_note(ctx), *at = strstr(all, file);
+    snprintf(note, n, "%.*s%s%s", at ? (int)(at - all) : 0, all, at ? shown : "",
+             at ? at + strlen(file) : all);
+    int ok = strstr(all, "in use") != NULL;
+    if (!ok)
+        fprintf(stderr, "clattn-tune: the library does not take %s: %s\n", shown, note);
+    clattn_context_destroy(&ctx);
+    return ok;
+}
+
+/* Writes text to a temporary file and reads it back as every context will (the library must take
+ * the whole file) before renaming it onto path, so a file the library refuses never replaces the
+ * one there. 0, or 1 with the reason on stderr. */
+static int write_file(const settings *s, const char *path, const char *text)
+{
+    char tmp[PATH_MAX], note[1200];
+    if (!temp_name(path, tmp)) { /* writable() refused such a path before the measuring */
+        fprintf(stderr, "clattn-tune: writing %s: %s\n", path, strerror(ENAMETOOLONG));
         return 1;
     }
-    printf("wrote %s in %.0f s; %s\n", path, now() - s->start, clattn_context_tune_note(ctx));
-    clattn_context_destroy(&ctx);
+    FILE *f = fopen(tmp, "w");
+    int bad = !f || fputs(text, f) < 0;
+    if ((f && fclose(f) != 0) || bad) {
+        fprintf(stderr, "clattn-tune: writing %s: %s\n", tmp, strerror(errno));
+        remove(tmp);
+        return 1;
+    }
+    if (!library_takes(s, tmp, path, note, sizeof note)) {
+        remove(tmp);
+        return 1;
+    }
+    if (rename(tmp, path) != 0) {
+        fprintf(stderr, "clattn-tune: writing %s: %s\n", path, strerror(errno));
+        remove(tmp);
+        return 1;
+    }
+    printf("wrote %s in %.0f s; %s\n", path, now() - s->start, note);
     return 0;
 }
 
@@ -796,7 +873,7 @@ int main(int argc, char **argv)
     s.budget = 600;
     setvbuf(stdout, NULL, _IOLBF, 0); /* progress, line by line, also into a log file */
     if ((rc = parse_args(argc, argv, &s, &out, want)) != 0)
-        return rc;
+        return rc < 0 ? 0 : rc; /* < 0: --help */
     clattn_context *ctx = open_table(&s, out, path, sizeof path);
     if (!ctx)
         return 1;
