@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -193,6 +194,45 @@ static void remove_dir(const char *dir)
         }
     closedir(d);
     rmdir(dir);
+}
+
+/* A FIFO in place of a kernel file is an I/O error naming it, not an op that never returns; and
+ * an include written with blanks around its '#' is expanded like any other (left to the
+ * compiler, it resolved against the working directory, and stayed out of the cache's key). */
+static void test_kernel_dir_fifo_and_blank_include(void **s)
+{
+    (void)s;
+    char dir[] = "/tmp/clattn-fifo-XXXXXX", path[512];
+    kernel_dir_without(dir, "matmul.cl");
+    snprintf(path, sizeof path, "%s/matmul.cl", dir);
+    assert_int_equal(mkfifo(path, 0600), 0);
+    clattn_context *c = ctx_with_kernel_dir(dir);
+    clattn_tensor ta, tb, tc;
+    assert_int_equal(clattn_tensor_create(c, CLATTN_FLOAT32, 2, H_DIMS(M, K), a, &ta), 0);
+    assert_int_equal(clattn_tensor_create(c, CLATTN_FLOAT32, 2, H_DIMS(K, N), b, &tb), 0);
+    assert_int_equal(clattn_tensor_create(c, CLATTN_FLOAT32, 2, H_DIMS(M, N), NULL, &tc), 0);
+    assert_int_equal(clattn_matmul(c, &ta, 0, &tb, 0, 1.0f, 0.0f, &tc), CLATTN_ERROR_IO);
+    assert_non_null(strstr(clattn_last_error(c), "matmul.cl"));
+    clattn_tensor_release(&ta);
+    clattn_tensor_release(&tb);
+    clattn_tensor_release(&tc);
+    clattn_context_destroy(&c);
+    remove(path);
+    copy_kernel(dir, "matmul.cl");
+    FILE *f = fopen(path, "rb");
+    static char text[1 << 20], edited[(1 << 20) + 16];
+    assert_non_null(f);
+    text[fread(text, 1, sizeof text - 1, f)] = '\0';
+    fclose(f);
+    char *inc = strstr(text, "#include \"common.cl\"");
+    assert_non_null(inc);
+    snprintf(edited, sizeof edited, "%.*s  #  include \"common.cl\"%s", (int)(inc - text), text,
+             inc + strlen("#include \"common.cl\""));
+    write_file(dir, "matmul.cl", edited);
+    c = ctx_with_kernel_dir(dir);
+    assert_usable(c);
+    clattn_context_destroy(&c);
+    remove_dir(dir);
 }
 
 enum { FB = 2, FQ = 3, FK = 4, FD = 5, FH = 6 };
@@ -479,6 +519,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_device_matching_nothing),
         cmocka_unit_test(test_broken_kernel_keeps_context_usable),
         cmocka_unit_test(test_missing_program_leaves_outputs),
+        cmocka_unit_test(test_kernel_dir_fifo_and_blank_include),
         cmocka_unit_test(test_many_programs),
         cmocka_unit_test(test_allocation_beyond_device),
         cmocka_unit_test(test_sync_mode),

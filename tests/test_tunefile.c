@@ -155,6 +155,8 @@ static void test_bad_files_ignored(void **state)
         {"clattn-tune 1\n", "softmax=cpu,matmul=cpu", "one entry per line"},
         {"clattn-tune 1\n", "\x01\x7f\x1b[2J", "line '???[2J' is not op"},
         {"clattn-tune 1\n", "softmax=gpu\nsoftmax=gpu", "a second entry"}, /* any device */
+        /* a CR inside a line is part of it (only a CRLF's is dropped) */
+        {"clattn-tune 1\n", "softmax=cpu:VW=8\rgarbage", "VW"},
     };
     char path[300], text[4096];
     snprintf(path, sizeof path, "%s/bad.txt", dir);
@@ -169,6 +171,19 @@ static void test_bad_files_ignored(void **state)
         assert_string_equal(clattn_last_error(c), "");
         clattn_context_destroy(&c);
     }
+    /* a NUL byte: the whole file ignored (the lines after it went unread, the ones before used) */
+    snprintf(text, sizeof text, "clattn-tune 1\n%ssoftmax=cpu:VW=8\n", keys);
+    size_t len = strlen(text);
+    snprintf(text + len + 1, sizeof text - len - 1, "\nmatmul=%s\n", mm_entry);
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(text, 1, len + 1 + strlen(text + len + 1), f),
+                     len + 1 + strlen(text + len + 1));
+    fclose(f);
+    clattn_context *c = open_ctx(path, NULL, NULL);
+    assert_note(c, "ignored");
+    assert_note(c, "NUL");
+    clattn_context_destroy(&c);
 }
 
 static void test_stale_files_ignored(void **state)

@@ -70,7 +70,7 @@ static char *cache_path(const clattn_context *ctx, uint64_t key)
 }
 
 /* The regular file at path opened for reading, or NULL: never blocks on a FIFO or a device. */
-static FILE *open_regular(const char *path)
+FILE *clattn__open_regular(const char *path)
 {
     struct stat sb;
     int fd = open(path, O_RDONLY | O_NONBLOCK);
@@ -90,7 +90,7 @@ static unsigned char *read_entry(const clattn_context *ctx, uint64_t key, size_t
     file_header h;
     unsigned char *data = NULL;
     char *path = cache_path(ctx, key);
-    FILE *f = path ? open_regular(path) : NULL;
+    FILE *f = path ? clattn__open_regular(path) : NULL;
     free(path);
     if (!f)
         return NULL;

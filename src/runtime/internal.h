@@ -6,6 +6,7 @@
 #include <limits.h>
 #include <stdarg.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #define CLATTN_ERR_SIZE 16384
 
@@ -252,6 +253,9 @@ void clattn__release_programs(clattn_context *ctx);
 #define CLATTN_FNV_OFFSET 0xcbf29ce484222325ull
 /* FNV-1a 64 of n bytes, continuing from h (CLATTN_FNV_OFFSET to start). */
 uint64_t clattn__fnv1a(uint64_t h, const void *data, size_t n);
+/* path opened for reading when it is a regular file, else NULL: never blocks (O_NONBLOCK), so a
+ * FIFO in a cache or kernel directory cannot hang the caller. */
+FILE *clattn__open_regular(const char *path);
 /* FNV-1a 64 of the expanded source, the options, the platform, device and driver, and clattn. */
 uint64_t clattn__cache_key(const clattn_context *ctx, const char *src, const char *options);
 /* The program built from the file of key, or NULL when there is none or it is corrupt or stale.

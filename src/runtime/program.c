@@ -38,7 +38,7 @@ char *clattn__dtype_define(char *buf, size_t size, const char *name, clattn_dtyp
 
 static char *read_file(const char *path)
 {
-    FILE *f = fopen(path, "rb");
+    FILE *f = clattn__open_regular(path); /* a FIFO there blocked the op for good */
     char *s = NULL;
     long n;
     if (!f)
@@ -100,6 +100,27 @@ static int sb_add(strbuf *b, const char *s, size_t n)
     return 1;
 }
 
+/* The file named by line p (up to end) when it is an `#include "x"` (blanks allowed around the
+ * '#', as the preprocessor allows them), copied into inc; 0 otherwise. Every such line must be
+ * expanded here: one left to the compiler would resolve against the working directory and stay
+ * out of the program cache's key. */
+static int include_name(const char *p, const char *end, char *inc, size_t size)
+{
+    p += strspn(p, " \t");
+    if (*p != '#')
+        return 0;
+    p += 1 + strspn(p + 1, " \t");
+    if (strncmp(p, "include", 7) != 0)
+        return 0;
+    p += 7 + strspn(p + 7, " \t");
+    const char *close = *p == '"' ? memchr(p + 1, '"', (size_t)(end - p - 1)) : NULL;
+    if (!close || (size_t)(close - p - 1) >= size)
+        return 0;
+    memcpy(inc, p + 1, (size_t)(close - p - 1));
+    inc[close - p - 1] = '\0';
+    return 1;
+}
+
 /* Appends file's text to b with its `#include "x.cl"` lines replaced by x.cl's text, so that each
  * .cl file stays valid on its own (offline compilers resolve the include with -I kernels/). */
 static clattn_status expand(clattn_context *ctx, const char *file, strbuf *b, int depth)
@@ -114,7 +135,7 @@ static clattn_status expand(clattn_context *ctx, const char *file, strbuf *b, in
         char *nl = strchr(p, '\n');
         size_t n = nl ? (size_t)(nl - p + 1) : strlen(p);
         char inc[128];
-        if (sscanf(p, "#include \"%127[^\"]\"", inc) == 1) {
+        if (include_name(p, p + n, inc, sizeof inc)) {
             char mark[192];
             CHECK_ST(expand(ctx, inc, b, depth + 1));
             snprintf(mark, sizeof mark, "\n#line %d \"%s\"\n", line + 1, file);

@@ -90,6 +90,10 @@ static char *read_file(const char *path, char *why, size_t n)
         snprintf(why, n, "read failed");
         free(text);
         text = NULL;
+    } else if (memchr(text, '\0', (size_t)sb.st_size)) {
+        snprintf(why, n, "corrupt: a NUL byte"); /* the lines after it would go unread */
+        free(text);
+        text = NULL;
     } else {
         text[sb.st_size] = '\0';
     }
@@ -169,7 +173,9 @@ static int parse(clattn_context *ctx, char *text, int *entries, char *why, size_
     snprintf(platform, sizeof platform, "%s / %s", ctx->platform_name, ctx->platform_version);
     snprintf(device, sizeof device, "%s / %s", ctx->name, ctx->vendor);
     for (char *line = strtok_r(text, "\n", &save); ok && line; line = strtok_r(NULL, "\n", &save)) {
-        line[strcspn(line, "\r")] = '\0';
+        size_t len = strlen(line);
+        if (len && line[len - 1] == '\r') /* CRLF; a CR inside a line is left to fail below */
+            line[len - 1] = '\0';
         if (lineno++ == 0) {
             ok = strcmp(line, "clattn-tune 1") == 0;
             if (!ok)
