@@ -15,6 +15,7 @@
  * else every device. --quick: the checks only, no timing. */
 #define _POSIX_C_SOURCE 200809L
 #include "../tests/ref.h"
+#include "setting_error.h"
 #include <clattn.h>
 #include <math.h>
 #include <stdio.h>
@@ -515,17 +516,6 @@ static int check_one(const char *spec, const char *device, size_t set, int quick
     return failed;
 }
 
-/* The library's message for a context that could not be made, naming the environment variable
- * where the library names only the setting (tuning.c's messages start "tuning:"). */
-static void last_error(char *buf, size_t n)
-{
-    const char *e = clattn_last_error(NULL), *tune = getenv("CLATTN_TUNE");
-    if (strncmp(e, "tuning:", 7) == 0 && tune && *tune)
-        snprintf(buf, n, "CLATTN_TUNE=%.60s: %s", tune, e);
-    else
-        snprintf(buf, n, "%s", e);
-}
-
 /* A context on the device with the environment's settings (CLATTN_TUNE, CLATTN_SYNC,
  * CLATTN_CACHE_DIR, CLATTN_KERNEL_DIR), as any application there makes: when it cannot be made,
  * every variant set would be refused for the setting's sake, not the device's, and the run must
@@ -544,7 +534,7 @@ static int settings_usable(const char *spec, const char *device, result *r)
     }
     snprintf(r->device, sizeof r->device, "%s %s", spec, device);
     snprintf(r->set, sizeof r->set, "(all)");
-    last_error(r->refused, sizeof r->refused);
+    setting_error(r->refused, sizeof r->refused);
     r->unusable = 1;
     return 0;
 }

@@ -22,6 +22,7 @@
  * smoke test, seconds).
  */
 #include "../tests/ref.h"
+#include "setting_error.h"
 #include <clattn.h>
 #include <errno.h>
 #include <limits.h>
@@ -720,17 +721,6 @@ static int parse_args(int argc, char **argv, settings *s, const char **out, int 
     return parse_ops(ops, want);
 }
 
-/* The library's reason a context could not be made, naming CLATTN_TUNE where the library names
- * only the setting (tuning.c's messages start "tuning:"), on stderr. */
-static void context_error(void)
-{
-    const char *e = clattn_last_error(NULL), *tune = getenv("CLATTN_TUNE");
-    if (strncmp(e, "tuning:", 7) == 0 && tune && *tune)
-        fprintf(stderr, "clattn-tune: CLATTN_TUNE=%.200s: %s\n", tune, e);
-    else
-        fprintf(stderr, "clattn-tune: %s\n", e);
-}
-
 /* The tune file's path (out, else where contexts look for it) into path, checked writable, and a
  * context that reads no tune file: the table's choices, where the context that found the path
  * read the file being replaced, whose entries are candidates to measure again. The first context
@@ -745,7 +735,9 @@ static clattn_context *open_table(const settings *s, const char *out, char *path
     memset(&p, 0, sizeof p);
     p.device = s->device;
     if (clattn_context_create(&ctx, &p) != CLATTN_SUCCESS) {
-        context_error();
+        char why[2048];
+        setting_error(why, sizeof why);
+        fprintf(stderr, "clattn-tune: %s\n", why);
         return NULL;
     }
     const char *where = out ? out : clattn_context_tune_path(ctx);
